@@ -1,0 +1,227 @@
+/*
+ * openreg.h -- the public C API of the OpenReg simulated accelerator runtime.
+ *
+ * This is the "driver" layer of the template. It has no PyTorch dependency and
+ * its names mirror the CUDA runtime one-to-one (orMalloc <-> cudaMalloc,
+ * orStreamWaitEvent <-> cudaStreamWaitEvent, ...). A vendor copying OpenReg
+ * replaces this library with their own driver; everything in openreg_python/
+ * talks to the device only through the calls declared here.
+ *
+ * Simulation model (see docs/runtime.md):
+ *  - "Device memory" is mmap'ed host pages owned by the runtime, with a fixed
+ *    per-device capacity (OPENREG_DEVICE_MEMORY). In strict mode (default;
+ *    OPENREG_STRICT_MEMORY=0 turns it off) the device address range is mapped
+ *    PROT_NONE: host code that dereferences a device pointer faults at once.
+ *    Kernels reach the same pages through a second, private "kernel view"
+ *    mapping (orDeviceGetKernelViewOffset), the simulation's stand-in for the
+ *    device's own load/store path.
+ *  - Streams are in-order queues executed by per-device worker threads;
+ *    different streams are ordered only through events.
+ *  - Errors raised by asynchronous work are reported at the next
+ *    synchronisation of that stream / device / event.
+ */
+#ifndef OPENREG_H_
+#define OPENREG_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define OR_API __declspec(dllexport)
+#else
+#define OR_API __attribute__((visibility("default")))
+#endif
+
+/* ---------------------------------------------------------------- errors */
+typedef enum orError_t {
+  orSuccess = 0,
+  orErrorInvalidValue = 1,
+  orErrorMemoryAllocation = 2,
+  orErrorInitializationError = 3,
+  orErrorInvalidDevice = 101,
+  orErrorInvalidDevicePointer = 17,
+  orErrorInvalidMemcpyDirection = 21,
+  orErrorInvalidResourceHandle = 400,
+  orErrorNotReady = 600,
+  orErrorIllegalAddress = 700,
+  orErrorLaunchFailure = 719,
+  orErrorNotPermitted = 800,
+  orErrorUnknown = 999
+} orError_t;
+
+/* Returns the last error of this host thread and resets it to orSuccess. */
+OR_API orError_t orGetLastError(void);
+/* Returns the last error of this host thread without resetting it. */
+OR_API orError_t orPeekAtLastError(void);
+OR_API const char* orGetErrorName(orError_t error);
+OR_API const char* orGetErrorString(orError_t error);
+/* Detail for the last failing call on this thread: names the call, the
+ * device/stream and the reason. (No CUDA equivalent: CUDA only has codes.)
+ * The pointer is valid until the next runtime call on this thread. */
+OR_API const char* orGetLastErrorMessage(void);
+
+/* ---------------------------------------------------------------- devices */
+typedef struct orDeviceProp {
+  char name[64];
+  size_t totalGlobalMem;      /* capacity in bytes (OPENREG_DEVICE_MEMORY) */
+  int multiProcessorCount;    /* worker threads executing queued work */
+  int major;                  /* "compute capability" of the simulation */
+  int minor;
+  int strictMemory;           /* 1 if device pages are host-inaccessible */
+  int streamPriorityLeast;    /* see orDeviceGetStreamPriorityRange */
+  int streamPriorityGreatest;
+  size_t pageSize;
+} orDeviceProp;
+
+OR_API orError_t orGetDeviceCount(int* count);
+OR_API orError_t orSetDevice(int device);  /* per host thread, like CUDA */
+OR_API orError_t orGetDevice(int* device);
+OR_API orError_t orGetDeviceProperties(orDeviceProp* prop, int device);
+OR_API orError_t orDeviceSynchronize(void);
+/* Lower numbers are higher priority, as in CUDA: least=0, greatest<0. */
+OR_API orError_t orDeviceGetStreamPriorityRange(int* leastPriority,
+                                                int* greatestPriority);
+
+/* ---------------------------------------------------------------- memory */
+typedef enum orMemcpyKind {
+  orMemcpyHostToHost = 0,
+  orMemcpyHostToDevice = 1,
+  orMemcpyDeviceToHost = 2,
+  orMemcpyDeviceToDevice = 3,
+  orMemcpyDefault = 4 /* infer the direction from the pointers */
+} orMemcpyKind;
+
+typedef enum orMemoryType {
+  orMemoryTypeUnregistered = 0, /* pageable host memory (or garbage) */
+  orMemoryTypeHost = 1,         /* pinned host memory from orMallocHost */
+  orMemoryTypeDevice = 2
+} orMemoryType;
+
+typedef struct orPointerAttributes {
+  orMemoryType type;
+  int device;          /* -1 unless type == orMemoryTypeDevice */
+  void* devicePointer; /* start of the enclosing allocation, or NULL */
+  void* hostPointer;   /* kernel-view address of the pointer (device) or the
+                          pointer itself (host) */
+  size_t allocationSize; /* size of the enclosing allocation, 0 if unknown */
+} orPointerAttributes;
+
+OR_API orError_t orMalloc(void** devPtr, size_t size);
+OR_API orError_t orFree(void* devPtr);
+OR_API orError_t orMallocHost(void** ptr, size_t size);
+OR_API orError_t orFreeHost(void* ptr);
+OR_API orError_t orMemGetInfo(size_t* free, size_t* total);
+OR_API orError_t orPointerGetAttributes(orPointerAttributes* attributes,
+                                        const void* ptr);
+
+/* Stream handle; NULL means the current device's default stream. */
+typedef struct orStream_st* orStream_t;
+typedef struct orEvent_st* orEvent_t;
+
+OR_API orError_t orMemcpy(void* dst, const void* src, size_t count,
+                          orMemcpyKind kind);
+OR_API orError_t orMemcpyAsync(void* dst, const void* src, size_t count,
+                               orMemcpyKind kind, orStream_t stream);
+OR_API orError_t orMemset(void* devPtr, int value, size_t count);
+OR_API orError_t orMemsetAsync(void* devPtr, int value, size_t count,
+                               orStream_t stream);
+
+/* Simulation only (no CUDA equivalent): kernels reach device memory through
+ * a private mapping at devPtr + offset. offset is 0 when strict mode is off.
+ * Vendor: real hardware kernels take device pointers directly; delete this. */
+OR_API orError_t orDeviceGetKernelViewOffset(int device, intptr_t* offset);
+
+/* ---------------------------------------------------------------- streams */
+OR_API orError_t orStreamCreate(orStream_t* stream);
+OR_API orError_t orStreamCreateWithPriority(orStream_t* stream,
+                                            unsigned int flags, int priority);
+OR_API orError_t orStreamDestroy(orStream_t stream);
+/* orSuccess when all work is done, orErrorNotReady while work is queued or
+ * running. */
+OR_API orError_t orStreamQuery(orStream_t stream);
+OR_API orError_t orStreamSynchronize(orStream_t stream);
+OR_API orError_t orStreamWaitEvent(orStream_t stream, orEvent_t event,
+                                   unsigned int flags);
+OR_API orError_t orStreamGetPriority(orStream_t stream, int* priority);
+OR_API orError_t orStreamGetDevice(orStream_t stream, int* device);
+/* A process-unique id, for tracing. */
+OR_API orError_t orStreamGetId(orStream_t stream, unsigned long long* id);
+
+/* ---------------------------------------------------------------- events */
+enum { orEventDefault = 0x0, orEventBlockingSync = 0x1,
+       orEventDisableTiming = 0x2 };
+
+OR_API orError_t orEventCreate(orEvent_t* event);
+OR_API orError_t orEventCreateWithFlags(orEvent_t* event, unsigned int flags);
+OR_API orError_t orEventDestroy(orEvent_t event);
+OR_API orError_t orEventRecord(orEvent_t event, orStream_t stream);
+OR_API orError_t orEventQuery(orEvent_t event);
+OR_API orError_t orEventSynchronize(orEvent_t event);
+/* Device time in milliseconds between the completion of the work recorded
+ * before `start` and the work recorded before `end`. */
+OR_API orError_t orEventElapsedTime(float* ms, orEvent_t start, orEvent_t end);
+
+/* ---------------------------------------------------------------- work */
+typedef void (*orHostFn_t)(void* userData);
+/* Kernel body: runs on the device (here: a runtime thread, or inline on the
+ * caller when the stream is idle). A non-zero return is an asynchronous
+ * error reported at the next synchronisation. */
+typedef orError_t (*orKernelFn_t)(void* args);
+
+/* Like cudaLaunchHostFunc: enqueue a host callback in stream order. It never
+ * runs inline: the stream reports not-ready until it has returned. */
+OR_API orError_t orLaunchHostFunc(orStream_t stream, orHostFn_t fn,
+                                  void* userData);
+
+enum {
+  orLaunchDefault = 0x0,
+  /* Wait for the stream's earlier work, then run the kernel on the calling
+   * thread and return its error directly (nothing is deferred). The stream
+   * reports not-ready while it runs. This is how the torch glue runs
+   * ATen-on-host kernels without a thread hop.
+   * Vendor: real devices have no such mode; launches are asynchronous. */
+  orLaunchSynchronous = 0x1
+};
+/* Launch a kernel in stream order. `name` is recorded by the tracer and must
+ * stay valid for the life of the process (use a string literal). */
+OR_API orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn,
+                                void* args, const char* name,
+                                unsigned int flags);
+
+/* ---------------------------------------------------------------- tracing */
+/* Hook points for a profiler (filled in by the profiler component). */
+typedef enum orTraceKind {
+  orTraceKernel = 0,
+  orTraceMemcpy = 1,
+  orTraceMemset = 2,
+  orTraceHostFunc = 3
+} orTraceKind;
+
+typedef struct orTraceRecord {
+  orTraceKind kind;
+  const char* name;        /* kernel name or API name ("orMemcpyAsync") */
+  int device;
+  unsigned long long stream_id;
+  unsigned long long correlation_id; /* from orTraceSetCorrelationId */
+  uint64_t start_ns;       /* CLOCK_MONOTONIC */
+  uint64_t end_ns;
+  size_t bytes;            /* memcpy/memset size, 0 for kernels */
+  orMemcpyKind copy_kind;  /* memcpy only */
+} orTraceRecord;
+
+typedef void (*orTraceCallback_t)(const orTraceRecord* record, void* user);
+/* Install (or, with NULL, remove) the process-wide trace callback. It is
+ * called on whichever thread executed the work, after it finished. */
+OR_API orError_t orTraceSetCallback(orTraceCallback_t callback, void* user);
+/* Tag work launched from this host thread from now on. */
+OR_API orError_t orTraceSetCorrelationId(unsigned long long id);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* OPENREG_H_ */

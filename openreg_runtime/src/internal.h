@@ -1,0 +1,151 @@
+// Private declarations shared by the runtime's translation units.
+// Nothing in here is visible to the torch glue: it only sees openreg.h.
+#pragma once
+
+#include <openreg.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+namespace openreg {
+
+constexpr int kMaxDevices = 16;
+constexpr size_t kAlignment = 512;  // every orMalloc result is 512-aligned
+
+uint64_t now_ns();
+
+// ------------------------------------------------------------ errors
+// Record `err` as this thread's last error with a printf-style detail that
+// names the call, and return it. Use as `return fail(err, "orX: ...", ...)`.
+orError_t fail(orError_t err, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string vformat(const char* fmt, va_list ap);
+
+// ------------------------------------------------------------ config
+struct Config {
+  int device_count = 2;
+  size_t capacity = size_t(4) << 30;  // per device
+  bool strict = true;
+  int workers = 4;                    // per device
+  orError_t init_error = orSuccess;   // set when the environment is invalid
+  std::string init_message;
+};
+const Config& config();
+bool in_forked_child();  // the runtime was initialised by a parent process
+
+// ------------------------------------------------------------ memory
+struct Arena {
+  int device = -1;
+  char* base = nullptr;   // device addresses (PROT_NONE in strict mode)
+  char* kview = nullptr;  // kernel view; == base when strict mode is off
+  size_t capacity = 0;
+  int memfd = -1;
+  std::mutex mu;
+  std::map<size_t, size_t> free_by_off;             // offset -> length
+  std::set<std::pair<size_t, size_t>> free_by_len;  // (length, offset)
+  std::map<size_t, size_t> used;                    // offset -> length
+  size_t used_bytes = 0;
+
+  bool contains(const void* p) const {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    auto b = reinterpret_cast<uintptr_t>(base);
+    return a >= b && a < b + capacity;
+  }
+};
+
+// Which device's arena holds p, or -1. Lock-free: arena ranges never change.
+int device_of_pointer(const void* p);
+Arena& arena(int device);
+
+// Validates that [p, p+n) lies inside one live allocation of `device`'s
+// arena. On success returns the kernel-view address, on failure nullptr and
+// fills *why.
+void* kernel_address(int device, const void* p, size_t n, std::string* why);
+
+bool is_pinned_range(const void* p, size_t n);
+
+// ------------------------------------------------------------ devices
+struct Stream;
+struct Device {
+  int index = -1;
+  std::unique_ptr<Arena> arena;
+  Stream* default_stream = nullptr;
+  std::vector<Stream*> streams;  // guarded by the scheduler lock
+  std::vector<std::thread> workers;
+  bool workers_started = false;
+};
+
+// Initialise (once) and return the device, or nullptr with the error set.
+Device* get_device(int index, const char* call);
+// The device if it is already initialised, else nullptr (never initialises).
+Device* peek_device(int index);
+int current_device_index();
+void init_arena(Device& dev);  // memory.cpp
+void install_fault_handler();  // memory.cpp
+void init_device_streams(Device& dev);  // stream.cpp
+
+// ------------------------------------------------------------ scheduler
+struct EventState;
+
+struct Item {
+  enum Type { Kernel, HostFunc, Memcpy, Memset, Record, Wait } type;
+  const char* name = "";
+  uint64_t seq = 0;    // per stream
+  uint64_t order = 0;  // global enqueue order (FIFO between equal priorities)
+  unsigned long long correlation = 0;
+  orKernelFn_t kfn = nullptr;
+  orHostFn_t hfn = nullptr;
+  void* args = nullptr;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t count = 0;
+  int value = 0;
+  orMemcpyKind kind = orMemcpyDefault;
+  std::shared_ptr<EventState> event;  // Record: the state to complete;
+                                      // Wait: the state to wait for
+};
+
+struct Stream {
+  int device = 0;
+  int priority = 0;
+  unsigned long long id = 0;
+  bool is_default = false;
+  std::deque<Item> queue;
+  bool running = false;  // an item (or a synchronous launch) is executing
+  uint64_t enqueued_seq = 0;
+  uint64_t completed_seq = 0;
+  orError_t error = orSuccess;  // first asynchronous error, until reported
+  std::string error_message;
+
+  bool idle() const { return queue.empty() && !running; }
+};
+
+struct EventState {
+  bool completed = false;
+  uint64_t time_ns = 0;
+  int device = -1;
+  Stream* stream = nullptr;  // only compared, never dereferenced after
+                             // the stream is destroyed
+};
+
+}  // namespace openreg
+
+struct orStream_st : openreg::Stream {};
+struct orEvent_st {
+  unsigned flags = 0;
+  int device = 0;
+  bool recorded = false;
+  std::shared_ptr<openreg::EventState> state;
+};

@@ -1,0 +1,431 @@
+// Device memory: mmap'ed host pages owned by the runtime.
+//
+// Vendor: this whole file is the part a real driver does in hardware and
+// firmware. Replace orMalloc/orFree with your driver's allocation calls.
+//
+// Strict mode maps one shared-memory object twice:
+//   base  .. base+capacity   PROT_NONE   the "device addresses" handed out
+//   kview .. kview+capacity  read/write  the kernels' private view
+// Host code that dereferences a device address therefore faults at once (as
+// it would on a discrete GPU), while kernels run on the same pages through
+// kview, with zero copies and no per-kernel mprotect calls.
+#include "internal.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#endif
+#include <sys/syscall.h>
+#include <fcntl.h>
+#ifndef FALLOC_FL_PUNCH_HOLE
+#define FALLOC_FL_KEEP_SIZE 0x01
+#define FALLOC_FL_PUNCH_HOLE 0x02
+#endif
+
+namespace openreg {
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kReleaseThreshold = size_t(1) << 20;
+
+// Arena ranges, readable from the signal handler without locks.
+std::atomic<uintptr_t> g_arena_lo[kMaxDevices];
+std::atomic<uintptr_t> g_arena_hi[kMaxDevices];
+Arena* g_arenas[kMaxDevices];
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+void insert_free(Arena& a, size_t off, size_t len) {
+  // Coalesce with neighbours.
+  auto next = a.free_by_off.lower_bound(off);
+  if (next != a.free_by_off.end() && off + len == next->first) {
+    a.free_by_len.erase({next->second, next->first});
+    len += next->second;
+    next = a.free_by_off.erase(next);
+  }
+  if (next != a.free_by_off.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      a.free_by_len.erase({prev->second, prev->first});
+      off = prev->first;
+      len += prev->second;
+      a.free_by_off.erase(prev);
+    }
+  }
+  a.free_by_off[off] = len;
+  a.free_by_len.insert({len, off});
+
+  // Give whole pages of large free ranges back to the OS so a cached-then-
+  // freed multi-GB segment does not pin host RAM.
+  if (len >= kReleaseThreshold) {
+    size_t lo = round_up(off, kPage);
+    size_t hi = (off + len) / kPage * kPage;
+    if (hi > lo) {
+      if (a.memfd >= 0) {
+        fallocate(a.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  off_t(lo), off_t(hi - lo));
+      } else {
+        madvise(a.kview + lo, hi - lo, MADV_DONTNEED);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------ fault handler
+struct sigaction g_prev_segv;
+struct sigaction g_prev_bus;
+
+void write_str(const char* s) {
+  ssize_t r = write(2, s, strlen(s));
+  (void)r;
+}
+
+void write_hex(uintptr_t v) {
+  char buf[2 + 16 + 1];
+  buf[0] = '0';
+  buf[1] = 'x';
+  for (int i = 0; i < 16; ++i) {
+    unsigned d = (v >> ((15 - i) * 4)) & 0xF;
+    buf[2 + i] = char(d < 10 ? '0' + d : 'a' + d - 10);
+  }
+  buf[18] = 0;
+  write_str(buf);
+}
+
+void write_dec(uint64_t v) {
+  char buf[24];
+  int i = 23;
+  buf[i] = 0;
+  do {
+    buf[--i] = char('0' + v % 10);
+    v /= 10;
+  } while (v && i > 0);
+  write_str(buf + i);
+}
+
+void fault_handler(int sig, siginfo_t* info, void* uctx) {
+  auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  int dev = -1;
+  if (info->si_code > 0) {  // a real fault, not kill()/raise()
+    for (int i = 0; i < kMaxDevices; ++i) {
+      uintptr_t lo = g_arena_lo[i].load(std::memory_order_relaxed);
+      uintptr_t hi = g_arena_hi[i].load(std::memory_order_relaxed);
+      if (lo && addr >= lo && addr < hi) {
+        dev = i;
+        break;
+      }
+    }
+  }
+  struct sigaction* prev = sig == SIGSEGV ? &g_prev_segv : &g_prev_bus;
+  if (dev >= 0) {
+    write_str("\nopenreg: illegal host access to device memory at address ");
+    write_hex(addr);
+    write_str(" (device openreg:");
+    write_dec(uint64_t(dev));
+    write_str(", offset ");
+    write_dec(addr - g_arena_lo[dev].load(std::memory_order_relaxed));
+    write_str(" into its memory).\nopenreg: device memory is not host-"
+              "accessible in strict mode; copy the tensor to the CPU first "
+              "(tensor.cpu()), or set OPENREG_STRICT_MEMORY=0.\n");
+  }
+  // Hand the fault to whoever was installed before us (e.g. Python's
+  // faulthandler) or to the default action, and let it re-trigger.
+  sigaction(sig, prev, nullptr);
+  if (!(prev->sa_flags & SA_SIGINFO) && prev->sa_handler == SIG_IGN) {
+    signal(sig, SIG_DFL);
+  }
+  (void)uctx;
+}
+
+}  // namespace
+
+void install_fault_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!config().strict) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = fault_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_prev_segv);
+    sigaction(SIGBUS, &sa, &g_prev_bus);
+  });
+}
+
+void init_arena(Device& dev) {
+  const Config& c = config();
+  auto a = std::make_unique<Arena>();
+  a->device = dev.index;
+  a->capacity = c.capacity;
+  int flags_noreserve = MAP_NORESERVE;
+  if (c.strict) {
+    char name[32];
+    snprintf(name, sizeof(name), "openreg-device-%d", dev.index);
+    int fd = int(syscall(SYS_memfd_create, name, MFD_CLOEXEC));
+    if (fd < 0) return;
+    if (ftruncate(fd, off_t(c.capacity)) != 0) {
+      close(fd);
+      return;
+    }
+    void* base = mmap(nullptr, c.capacity, PROT_NONE,
+                      MAP_SHARED | flags_noreserve, fd, 0);
+    if (base == MAP_FAILED) {
+      close(fd);
+      return;
+    }
+    void* kview = mmap(nullptr, c.capacity, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | flags_noreserve, fd, 0);
+    if (kview == MAP_FAILED) {
+      munmap(base, c.capacity);
+      close(fd);
+      return;
+    }
+    a->memfd = fd;
+    a->base = static_cast<char*>(base);
+    a->kview = static_cast<char*>(kview);
+  } else {
+    void* base = mmap(nullptr, c.capacity, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | flags_noreserve, -1, 0);
+    if (base == MAP_FAILED) return;
+    a->base = a->kview = static_cast<char*>(base);
+  }
+  a->free_by_off[0] = a->capacity;
+  a->free_by_len.insert({a->capacity, 0});
+  g_arenas[dev.index] = a.get();
+  g_arena_lo[dev.index].store(reinterpret_cast<uintptr_t>(a->base));
+  g_arena_hi[dev.index].store(reinterpret_cast<uintptr_t>(a->base) + a->capacity);
+  dev.arena = std::move(a);
+}
+
+int device_of_pointer(const void* p) {
+  auto v = reinterpret_cast<uintptr_t>(p);
+  for (int i = 0; i < kMaxDevices; ++i) {
+    uintptr_t lo = g_arena_lo[i].load(std::memory_order_acquire);
+    if (lo && v >= lo && v < g_arena_hi[i].load(std::memory_order_relaxed))
+      return i;
+  }
+  return -1;
+}
+
+Arena& arena(int device) { return *g_arenas[device]; }
+
+void* kernel_address(int device, const void* p, size_t n, std::string* why) {
+  Arena& a = arena(device);
+  size_t off = size_t(static_cast<const char*>(p) - a.base);
+  std::lock_guard<std::mutex> g(a.mu);
+  auto it = a.used.upper_bound(off);
+  if (it == a.used.begin()) {
+    if (why) *why = format("device address %p (openreg:%d) is not inside a live allocation",
+                           p, device);
+    return nullptr;
+  }
+  --it;
+  if (off >= it->first + it->second) {
+    if (why) *why = format("device address %p (openreg:%d) is not inside a live allocation "
+                           "(freed, or never allocated)", p, device);
+    return nullptr;
+  }
+  if (off + n > it->first + it->second) {
+    if (why) *why = format("range [%p, +%zu) overruns its allocation of %zu bytes at %p "
+                           "(openreg:%d)", p, n, it->second, a.base + it->first, device);
+    return nullptr;
+  }
+  return a.kview + off;
+}
+
+// ------------------------------------------------------------ pinned memory
+namespace {
+std::mutex g_pinned_mu;
+std::map<uintptr_t, size_t>& pinned() {
+  static auto* m = new std::map<uintptr_t, size_t>();
+  return *m;
+}
+}  // namespace
+
+bool is_pinned_range(const void* p, size_t n) {
+  auto v = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> g(g_pinned_mu);
+  auto& m = pinned();
+  auto it = m.upper_bound(v);
+  if (it == m.begin()) return false;
+  --it;
+  return v >= it->first && v + n <= it->first + it->second;
+}
+
+}  // namespace openreg
+
+using namespace openreg;
+
+extern "C" {
+
+orError_t orMalloc(void** devPtr, size_t size) {
+  if (!devPtr) return fail(orErrorInvalidValue, "orMalloc: devPtr is NULL");
+  *devPtr = nullptr;
+  int idx = current_device_index();
+  Device* dev = get_device(idx, "orMalloc");
+  if (!dev) return orPeekAtLastError();
+  if (size == 0) return orSuccess;
+  Arena& a = *dev->arena;
+  if (size > a.capacity) {
+    return fail(orErrorMemoryAllocation,
+                "orMalloc: out of memory on device openreg:%d: requested %zu "
+                "bytes, capacity %zu bytes, in use %zu bytes",
+                idx, size, a.capacity, a.used_bytes);
+  }
+  size_t len = (size + kAlignment - 1) / kAlignment * kAlignment;
+  std::lock_guard<std::mutex> g(a.mu);
+  auto it = a.free_by_len.lower_bound({len, 0});
+  if (it == a.free_by_len.end()) {
+    return fail(orErrorMemoryAllocation,
+                "orMalloc: out of memory on device openreg:%d: requested %zu "
+                "bytes, capacity %zu bytes, in use %zu bytes",
+                idx, size, a.capacity, a.used_bytes);
+  }
+  size_t flen = it->first, off = it->second;
+  a.free_by_len.erase(it);
+  a.free_by_off.erase(off);
+  if (flen > len) {
+    a.free_by_off[off + len] = flen - len;
+    a.free_by_len.insert({flen - len, off + len});
+  }
+  a.used[off] = len;
+  a.used_bytes += len;
+  *devPtr = a.base + off;
+  return orSuccess;
+}
+
+orError_t orFree(void* devPtr) {
+  if (!devPtr) return orSuccess;
+  int d = device_of_pointer(devPtr);
+  if (d < 0) {
+    return fail(orErrorInvalidDevicePointer,
+                "orFree: %p is not a device pointer (host memory is freed with "
+                "orFreeHost or free)", devPtr);
+  }
+  if (in_forked_child())
+    return fail(orErrorInitializationError,
+                "orFree: the openreg runtime cannot be used in a forked child");
+  Arena& a = arena(d);
+  size_t off = size_t(static_cast<char*>(devPtr) - a.base);
+  std::lock_guard<std::mutex> g(a.mu);
+  auto it = a.used.find(off);
+  if (it == a.used.end()) {
+    return fail(orErrorInvalidDevicePointer,
+                "orFree: %p (openreg:%d) is not the start of a live allocation "
+                "(double free, or a pointer into the middle of a block)",
+                devPtr, d);
+  }
+  size_t len = it->second;
+  a.used.erase(it);
+  a.used_bytes -= len;
+  insert_free(a, off, len);
+  return orSuccess;
+}
+
+orError_t orMemGetInfo(size_t* free, size_t* total) {
+  int idx = current_device_index();
+  Device* dev = get_device(idx, "orMemGetInfo");
+  if (!dev) return orPeekAtLastError();
+  Arena& a = *dev->arena;
+  std::lock_guard<std::mutex> g(a.mu);
+  if (free) *free = a.capacity - a.used_bytes;
+  if (total) *total = a.capacity;
+  return orSuccess;
+}
+
+orError_t orMallocHost(void** ptr, size_t size) {
+  if (!ptr) return fail(orErrorInvalidValue, "orMallocHost: ptr is NULL");
+  *ptr = nullptr;
+  if (size == 0) return orSuccess;
+  size_t len = (size + 4095) & ~size_t(4095);
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return fail(orErrorMemoryAllocation,
+                "orMallocHost: could not allocate %zu bytes of pinned host "
+                "memory: %s", size, strerror(errno));
+  }
+  std::lock_guard<std::mutex> g(g_pinned_mu);
+  pinned()[reinterpret_cast<uintptr_t>(p)] = len;
+  *ptr = p;
+  return orSuccess;
+}
+
+orError_t orFreeHost(void* ptr) {
+  if (!ptr) return orSuccess;
+  size_t len = 0;
+  {
+    std::lock_guard<std::mutex> g(g_pinned_mu);
+    auto it = pinned().find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == pinned().end()) {
+      return fail(orErrorInvalidValue,
+                  "orFreeHost: %p was not allocated by orMallocHost (or was "
+                  "already freed)", ptr);
+    }
+    len = it->second;
+    pinned().erase(it);
+  }
+  munmap(ptr, len);
+  return orSuccess;
+}
+
+orError_t orPointerGetAttributes(orPointerAttributes* attr, const void* ptr) {
+  if (!attr) return fail(orErrorInvalidValue, "orPointerGetAttributes: attributes is NULL");
+  memset(attr, 0, sizeof(*attr));
+  attr->device = -1;
+  int d = device_of_pointer(ptr);
+  if (d >= 0) {
+    Arena& a = arena(d);
+    attr->type = orMemoryTypeDevice;
+    attr->device = d;
+    size_t off = size_t(static_cast<const char*>(ptr) - a.base);
+    attr->hostPointer = a.kview + off;
+    std::lock_guard<std::mutex> g(a.mu);
+    auto it = a.used.upper_bound(off);
+    if (it != a.used.begin()) {
+      --it;
+      if (off < it->first + it->second) {
+        attr->devicePointer = a.base + it->first;
+        attr->allocationSize = it->second;
+      }
+    }
+    return orSuccess;
+  }
+  auto v = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> g(g_pinned_mu);
+  auto& m = pinned();
+  auto it = m.upper_bound(v);
+  if (it != m.begin()) {
+    --it;
+    if (v < it->first + it->second) {
+      attr->type = orMemoryTypeHost;
+      attr->hostPointer = const_cast<void*>(ptr);
+      attr->devicePointer = reinterpret_cast<void*>(it->first);
+      attr->allocationSize = it->second;
+      return orSuccess;
+    }
+  }
+  attr->type = orMemoryTypeUnregistered;
+  attr->hostPointer = const_cast<void*>(ptr);
+  return orSuccess;
+}
+
+orError_t orDeviceGetKernelViewOffset(int device, intptr_t* offset) {
+  if (!offset) return fail(orErrorInvalidValue, "orDeviceGetKernelViewOffset: offset is NULL");
+  Device* dev = get_device(device, "orDeviceGetKernelViewOffset");
+  if (!dev) return orPeekAtLastError();
+  *offset = reinterpret_cast<intptr_t>(dev->arena->kview) -
+            reinterpret_cast<intptr_t>(dev->arena->base);
+  return orSuccess;
+}
+
+}  // extern "C"

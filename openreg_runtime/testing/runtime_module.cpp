@@ -1,0 +1,414 @@
+// torch_openreg._runtime: the runtime's C API exposed to pytest, 1:1.
+//
+// It links only libopenreg (no torch), so the runtime is tested as the
+// standalone "driver" a vendor would replace. Pointers and handles cross
+// into Python as integers. Failing calls raise OpenRegError carrying the
+// error code, its name and the runtime's detail message.
+#include <openreg.h>
+
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/eval.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+PyObject* g_error_type = nullptr;
+
+void check(orError_t err) {
+  if (err == orSuccess) return;
+  orGetLastError();  // consume it, like a CUDA_CHECK would
+  std::string msg = std::string(orGetErrorName(err)) + ": " + orGetLastErrorMessage();
+  py::object exc = py::reinterpret_borrow<py::object>(g_error_type)(
+      msg, static_cast<int>(err), orGetErrorName(err));
+  PyErr_SetObject(g_error_type, exc.ptr());
+  throw py::error_already_set();
+}
+
+uintptr_t P(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+void* V(uintptr_t p) { return reinterpret_cast<void*>(p); }
+orStream_t S(uintptr_t p) { return reinterpret_cast<orStream_t>(p); }
+orEvent_t E(uintptr_t p) { return reinterpret_cast<orEvent_t>(p); }
+
+// ---- host functions used by the tests -------------------------------------
+
+// A gate: a host function that blocks its stream until released from Python.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::atomic<bool> entered{false};
+  void release() {
+    std::lock_guard<std::mutex> g(mu);
+    open = true;
+    cv.notify_all();
+  }
+};
+void gate_fn(void* p) {
+  auto* g = static_cast<Gate*>(p);
+  g->entered = true;
+  std::unique_lock<std::mutex> lk(g->mu);
+  g->cv.wait(lk, [&] { return g->open; });
+}
+
+// An append-only log of integers, to observe execution order.
+struct Log {
+  std::mutex mu;
+  std::vector<long> values;
+};
+struct LogEntry {
+  Log* log;
+  long value;
+  int sleep_us;
+};
+void log_fn(void* p) {
+  auto* e = static_cast<LogEntry*>(p);
+  if (e->sleep_us) std::this_thread::sleep_for(std::chrono::microseconds(e->sleep_us));
+  {
+    std::lock_guard<std::mutex> g(e->log->mu);
+    e->log->values.push_back(e->value);
+  }
+  delete e;
+}
+
+void sleep_fn(void* p) {
+  auto us = reinterpret_cast<uintptr_t>(p);
+  std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
+
+// A "kernel" that fills int32 device memory through the kernel view.
+struct FillArgs {
+  int32_t* kview;
+  size_t n;
+  int32_t value;
+};
+orError_t fill_kernel(void* p) {
+  auto* a = static_cast<FillArgs*>(p);
+  for (size_t i = 0; i < a->n; ++i) a->kview[i] = a->value;
+  delete a;
+  return orSuccess;
+}
+orError_t failing_kernel(void*) { return orErrorLaunchFailure; }
+
+// Trace capture.
+std::mutex g_trace_mu;
+std::vector<py::dict>* g_trace_records = nullptr;
+struct TraceRec {
+  int kind;
+  std::string name;
+  int device;
+  unsigned long long stream, corr;
+  uint64_t t0, t1;
+  size_t bytes;
+};
+std::vector<TraceRec>& trace_buf() {
+  static auto* v = new std::vector<TraceRec>();
+  return *v;
+}
+void trace_cb(const orTraceRecord* r, void*) {
+  std::lock_guard<std::mutex> g(g_trace_mu);
+  trace_buf().push_back({int(r->kind), r->name ? r->name : "", r->device,
+                         r->stream_id, r->correlation_id, r->start_ns,
+                         r->end_ns, r->bytes});
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_runtime, m) {
+  m.doc() = "OpenReg runtime C API, exposed for tests (no torch dependency)";
+
+  // OpenRegError(message, code, name)
+  py::object builtins = py::module_::import("builtins");
+  py::dict ns;
+  py::exec(R"(
+class OpenRegError(RuntimeError):
+    def __init__(self, message, code=0, name=""):
+        super().__init__(message)
+        self.code = code
+        self.name = name
+)", ns);
+  py::object err_type = ns["OpenRegError"];
+  err_type.attr("__module__") = "torch_openreg._runtime";
+  m.attr("OpenRegError") = err_type;
+  g_error_type = err_type.ptr();
+  Py_INCREF(g_error_type);
+
+  m.attr("HostToHost") = int(orMemcpyHostToHost);
+  m.attr("HostToDevice") = int(orMemcpyHostToDevice);
+  m.attr("DeviceToHost") = int(orMemcpyDeviceToHost);
+  m.attr("DeviceToDevice") = int(orMemcpyDeviceToDevice);
+  m.attr("Default") = int(orMemcpyDefault);
+  m.attr("EventDisableTiming") = int(orEventDisableTiming);
+  m.attr("ALIGNMENT") = 512;
+
+  m.def("error_name", [](int e) { return std::string(orGetErrorName(orError_t(e))); });
+  m.def("error_string", [](int e) { return std::string(orGetErrorString(orError_t(e))); });
+  m.def("get_last_error", [] { return int(orGetLastError()); });
+  m.def("peek_last_error", [] { return int(orPeekAtLastError()); });
+
+  // devices
+  m.def("device_count", [] {
+    int n = 0;
+    check(orGetDeviceCount(&n));
+    return n;
+  });
+  m.def("set_device", [](int d) { check(orSetDevice(d)); });
+  m.def("get_device", [] {
+    int d = 0;
+    check(orGetDevice(&d));
+    return d;
+  });
+  m.def("device_synchronize", [] {
+    py::gil_scoped_release nogil;
+    orError_t e = orDeviceSynchronize();
+    py::gil_scoped_acquire gil;
+    check(e);
+  });
+  m.def("get_device_properties", [](int d) {
+    orDeviceProp p;
+    check(orGetDeviceProperties(&p, d));
+    py::dict r;
+    r["name"] = std::string(p.name);
+    r["total_memory"] = p.totalGlobalMem;
+    r["multi_processor_count"] = p.multiProcessorCount;
+    r["major"] = p.major;
+    r["minor"] = p.minor;
+    r["strict_memory"] = bool(p.strictMemory);
+    r["stream_priority_least"] = p.streamPriorityLeast;
+    r["stream_priority_greatest"] = p.streamPriorityGreatest;
+    return r;
+  });
+  m.def("stream_priority_range", [] {
+    int lo, hi;
+    check(orDeviceGetStreamPriorityRange(&lo, &hi));
+    return py::make_tuple(lo, hi);
+  });
+
+  // memory
+  m.def("malloc", [](size_t n) {
+    void* p = nullptr;
+    check(orMalloc(&p, n));
+    return P(p);
+  });
+  m.def("free", [](uintptr_t p) { check(orFree(V(p))); });
+  m.def("malloc_host", [](size_t n) {
+    void* p = nullptr;
+    check(orMallocHost(&p, n));
+    return P(p);
+  });
+  m.def("free_host", [](uintptr_t p) { check(orFreeHost(V(p))); });
+  m.def("mem_get_info", [] {
+    size_t f = 0, t = 0;
+    check(orMemGetInfo(&f, &t));
+    return py::make_tuple(f, t);
+  });
+  m.def("pointer_attributes", [](uintptr_t p) {
+    orPointerAttributes a;
+    check(orPointerGetAttributes(&a, V(p)));
+    py::dict r;
+    r["type"] = a.type == orMemoryTypeDevice ? "device"
+                : a.type == orMemoryTypeHost ? "host"
+                                             : "unregistered";
+    r["device"] = a.device;
+    r["device_pointer"] = P(a.devicePointer);
+    r["host_pointer"] = P(a.hostPointer);
+    r["allocation_size"] = a.allocationSize;
+    return r;
+  });
+  m.def("kernel_view_offset", [](int d) {
+    intptr_t off = 0;
+    check(orDeviceGetKernelViewOffset(d, &off));
+    return off;
+  });
+  m.def("memcpy", [](uintptr_t dst, uintptr_t src, size_t n, int kind) {
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orMemcpy(V(dst), V(src), n, orMemcpyKind(kind));
+    }
+    check(e);
+  }, py::arg("dst"), py::arg("src"), py::arg("count"), py::arg("kind") = int(orMemcpyDefault));
+  m.def("memcpy_async", [](uintptr_t dst, uintptr_t src, size_t n, int kind, uintptr_t s) {
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orMemcpyAsync(V(dst), V(src), n, orMemcpyKind(kind), S(s));
+    }
+    check(e);
+  }, py::arg("dst"), py::arg("src"), py::arg("count"), py::arg("kind") = int(orMemcpyDefault),
+     py::arg("stream") = 0);
+  m.def("memset", [](uintptr_t p, int v, size_t n) { check(orMemset(V(p), v, n)); });
+  m.def("memset_async", [](uintptr_t p, int v, size_t n, uintptr_t s) {
+    check(orMemsetAsync(V(p), v, n, S(s)));
+  }, py::arg("ptr"), py::arg("value"), py::arg("count"), py::arg("stream") = 0);
+  // Host-side peek/poke for pinned/pageable host buffers given as integers.
+  m.def("read_host", [](uintptr_t p, size_t n) {
+    return py::bytes(static_cast<const char*>(V(p)), n);
+  });
+  m.def("write_host", [](uintptr_t p, py::bytes b) {
+    std::string s = b;
+    memcpy(V(p), s.data(), s.size());
+  });
+
+  // streams
+  m.def("stream_create", [](int priority) {
+    orStream_t s = nullptr;
+    check(orStreamCreateWithPriority(&s, 0, priority));
+    return P(s);
+  }, py::arg("priority") = 0);
+  m.def("stream_destroy", [](uintptr_t s) {
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orStreamDestroy(S(s));
+    }
+    check(e);
+  });
+  m.def("stream_query", [](uintptr_t s) {
+    orError_t e = orStreamQuery(S(s));
+    if (e == orErrorNotReady) return false;
+    check(e);
+    return true;
+  });
+  m.def("stream_synchronize", [](uintptr_t s) {
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orStreamSynchronize(S(s));
+    }
+    check(e);
+  });
+  m.def("stream_wait_event", [](uintptr_t s, uintptr_t e) {
+    check(orStreamWaitEvent(S(s), E(e), 0));
+  });
+  m.def("stream_priority", [](uintptr_t s) {
+    int p = 0;
+    check(orStreamGetPriority(S(s), &p));
+    return p;
+  });
+  m.def("stream_device", [](uintptr_t s) {
+    int d = 0;
+    check(orStreamGetDevice(S(s), &d));
+    return d;
+  });
+  m.def("stream_id", [](uintptr_t s) {
+    unsigned long long id = 0;
+    check(orStreamGetId(S(s), &id));
+    return id;
+  });
+
+  // events
+  m.def("event_create", [](unsigned flags) {
+    orEvent_t e = nullptr;
+    check(orEventCreateWithFlags(&e, flags));
+    return P(e);
+  }, py::arg("flags") = 0);
+  m.def("event_destroy", [](uintptr_t e) { check(orEventDestroy(E(e))); });
+  m.def("event_record", [](uintptr_t e, uintptr_t s) { check(orEventRecord(E(e), S(s))); },
+        py::arg("event"), py::arg("stream") = 0);
+  m.def("event_query", [](uintptr_t e) {
+    orError_t r = orEventQuery(E(e));
+    if (r == orErrorNotReady) return false;
+    check(r);
+    return true;
+  });
+  m.def("event_synchronize", [](uintptr_t e) {
+    orError_t r;
+    {
+      py::gil_scoped_release nogil;
+      r = orEventSynchronize(E(e));
+    }
+    check(r);
+  });
+  m.def("event_elapsed_time", [](uintptr_t a, uintptr_t b) {
+    float ms = 0;
+    check(orEventElapsedTime(&ms, E(a), E(b)));
+    return ms;
+  });
+
+  // work
+  py::class_<Gate, std::shared_ptr<Gate>>(m, "Gate")
+      .def(py::init<>())
+      .def("release", &Gate::release)
+      .def_property_readonly("entered", [](Gate& g) { return g.entered.load(); });
+  m.def("launch_gate", [](uintptr_t s, std::shared_ptr<Gate> g) {
+    // The Python object keeps the gate alive; tests release before dropping.
+    check(orLaunchHostFunc(S(s), gate_fn, g.get()));
+  });
+  py::class_<Log, std::shared_ptr<Log>>(m, "Log")
+      .def(py::init<>())
+      .def_property_readonly("values", [](Log& l) {
+        std::lock_guard<std::mutex> g(l.mu);
+        return l.values;
+      });
+  m.def("launch_log", [](uintptr_t s, std::shared_ptr<Log> log, long value, int sleep_us) {
+    check(orLaunchHostFunc(S(s), log_fn, new LogEntry{log.get(), value, sleep_us}));
+  }, py::arg("stream"), py::arg("log"), py::arg("value"), py::arg("sleep_us") = 0);
+  m.def("launch_sleep", [](uintptr_t s, long us) {
+    check(orLaunchHostFunc(S(s), sleep_fn, reinterpret_cast<void*>(uintptr_t(us))));
+  });
+  m.def("launch_fill_i32", [](uintptr_t s, uintptr_t devptr, size_t n, int32_t value, bool sync) {
+    orPointerAttributes a;
+    check(orPointerGetAttributes(&a, V(devptr)));
+    if (a.type != orMemoryTypeDevice || !a.devicePointer) {
+      PyErr_SetString(PyExc_ValueError, "launch_fill_i32: not a live device pointer");
+      throw py::error_already_set();
+    }
+    auto* args = new FillArgs{static_cast<int32_t*>(a.hostPointer), n, value};
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orLaunchKernel(S(s), fill_kernel, args, "fill_i32",
+                         sync ? orLaunchSynchronous : orLaunchDefault);
+    }
+    check(e);
+  }, py::arg("stream"), py::arg("ptr"), py::arg("n"), py::arg("value"), py::arg("sync") = false);
+  m.def("launch_failing_kernel", [](uintptr_t s, bool sync) {
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orLaunchKernel(S(s), failing_kernel, nullptr, "always_fails",
+                         sync ? orLaunchSynchronous : orLaunchDefault);
+    }
+    check(e);
+  }, py::arg("stream"), py::arg("sync") = false);
+
+  // tracing
+  m.def("trace_start", [] {
+    std::lock_guard<std::mutex> g(g_trace_mu);
+    trace_buf().clear();
+    check(orTraceSetCallback(trace_cb, nullptr));
+  });
+  m.def("trace_stop", [] {
+    check(orTraceSetCallback(nullptr, nullptr));
+    std::lock_guard<std::mutex> g(g_trace_mu);
+    py::list out;
+    static const char* kinds[] = {"kernel", "memcpy", "memset", "host_func"};
+    for (auto& r : trace_buf()) {
+      py::dict d;
+      d["kind"] = kinds[r.kind];
+      d["name"] = r.name;
+      d["device"] = r.device;
+      d["stream"] = r.stream;
+      d["correlation"] = r.corr;
+      d["start_ns"] = r.t0;
+      d["end_ns"] = r.t1;
+      d["bytes"] = r.bytes;
+      out.append(d);
+    }
+    trace_buf().clear();
+    return out;
+  });
+  m.def("set_correlation_id", [](unsigned long long id) { check(orTraceSetCorrelationId(id)); });
+  (void)builtins;
+}
