@@ -1,0 +1,156 @@
+// torch_openreg._C: the Python bindings behind torch.openreg.
+// Importing it loads libtorch_openreg, whose static initialisers register
+// the allocator, guard, hooks, host allocator and kernels with PyTorch.
+#include "aten/KernelView.h"
+#include "runtime/OpenRegAllocator.h"
+#include "runtime/OpenRegFunctions.h"
+#include "runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegStream.h"
+
+#include <ATen/Context.h>
+#include <torch/csrc/Event.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/device_lazy_init.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <thread>
+
+namespace py = pybind11;
+
+namespace {
+
+using torch_openreg::check_device_index;
+
+c10::DeviceIndex index_or_current(int64_t index) {
+  if (index < 0) return torch_openreg::current_device();
+  check_device_index(static_cast<c10::DeviceIndex>(index));
+  return static_cast<c10::DeviceIndex>(index);
+}
+
+py::tuple pack_stream(const c10::Stream& s) {
+  return py::make_tuple(s.id(), static_cast<int>(s.device_index()),
+                        static_cast<int>(s.device_type()));
+}
+
+c10::Stream unpack_stream(int64_t id, int64_t device_index) {
+  return c10::Stream(c10::Stream::UNSAFE,
+                     c10::Device(c10::DeviceType::PrivateUse1,
+                                 static_cast<c10::DeviceIndex>(device_index)),
+                     static_cast<c10::StreamId>(id));
+}
+
+void sleep_fn(void* arg) {
+  auto us = reinterpret_cast<uintptr_t>(arg);
+  std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "OpenReg device bindings (see torch.openreg)";
+  torch_openreg::install_cpu_allocator_shim();
+  torch_openreg::register_structured_kernels();
+
+  m.def("_init", [] {
+    torch::utils::register_fork_handler_for_device_init(at::kPrivateUse1);
+    at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
+  });
+  m.def("_is_in_bad_fork", [] {
+    return torch::utils::is_device_in_bad_fork(at::kPrivateUse1);
+  });
+  m.def("_get_default_generator", [](int64_t index) {
+    torch::utils::register_fork_handler_for_device_init(at::kPrivateUse1);
+    auto idx = index_or_current(index);
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(
+        at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, idx))));
+  });
+
+  // devices
+  m.def("_get_device_count", [] { return static_cast<int>(torch_openreg::device_count()); });
+  m.def("_get_device", [] { return static_cast<int>(torch_openreg::current_device()); });
+  m.def("_set_device", [](int64_t index) {
+    torch_openreg::set_device(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("_exchange_device", [](int64_t index) {
+    if (index < 0) return -1;
+    return static_cast<int>(
+        torch_openreg::exchange_device(static_cast<c10::DeviceIndex>(index)));
+  });
+  m.def("_maybe_exchange_device", [](int64_t index) {
+    if (index < 0) return -1;
+    return static_cast<int>(
+        torch_openreg::maybe_exchange_device(static_cast<c10::DeviceIndex>(index)));
+  });
+  m.def("_get_device_properties", [](int64_t index) {
+    auto idx = index_or_current(index);
+    orDeviceProp p;
+    OPENREG_CHECK(orGetDeviceProperties(&p, idx));
+    py::dict d;
+    d["name"] = std::string(p.name);
+    d["total_memory"] = p.totalGlobalMem;
+    d["multi_processor_count"] = p.multiProcessorCount;
+    d["major"] = p.major;
+    d["minor"] = p.minor;
+    d["strict_memory"] = static_cast<bool>(p.strictMemory);
+    d["stream_priority_least"] = p.streamPriorityLeast;
+    d["stream_priority_greatest"] = p.streamPriorityGreatest;
+    return d;
+  });
+  m.def("_synchronize", [](int64_t index) {
+    auto idx = index_or_current(index);
+    py::gil_scoped_release nogil;
+    auto prev = torch_openreg::exchange_device(idx);
+    orError_t err = orDeviceSynchronize();
+    torch_openreg::exchange_device(prev);
+    OPENREG_CHECK(err);
+  });
+  // Like torch.cuda._sleep: occupy the current stream for `us` microseconds
+  // of "device time" (a host function on the stream), for tests and demos of
+  // asynchronous behaviour.
+  m.def("_sleep", [](int64_t us) {
+    TORCH_CHECK(us >= 0, "_sleep: expected a non-negative duration, got ", us);
+    auto idx = torch_openreg::current_device();
+    OPENREG_CHECK(orLaunchHostFunc(torch_openreg::currentNativeStream(idx), sleep_fn,
+                                   reinterpret_cast<void*>(static_cast<uintptr_t>(us))));
+  });
+
+  // streams
+  m.def("_stream_priority_range", [] {
+    int least = 0, greatest = 0;
+    OPENREG_CHECK(orDeviceGetStreamPriorityRange(&least, &greatest));
+    return py::make_tuple(least, greatest);
+  });
+  m.def("_get_current_stream", [](int64_t index) {
+    return pack_stream(torch_openreg::getCurrentStream(index_or_current(index)));
+  });
+  m.def("_get_default_stream", [](int64_t index) {
+    return pack_stream(torch_openreg::getDefaultStream(index_or_current(index)));
+  });
+  m.def("_get_stream_from_pool", [](int64_t index, int priority) {
+    return pack_stream(torch_openreg::getStreamFromPool(index_or_current(index), priority));
+  });
+  m.def("_set_current_stream", [](int64_t id, int64_t device_index) {
+    torch_openreg::exchangeCurrentStream(unpack_stream(id, device_index));
+  });
+  m.def("_stream_priority", [](int64_t id, int64_t device_index) {
+    return torch_openreg::streamPriority(unpack_stream(id, device_index));
+  });
+
+  // torch.Event.elapsed_time insists on the exact torch.Event type; this
+  // accepts subclasses (torch.openreg.Event) too.
+  m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
+    TORCH_CHECK(THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
+                "elapsed_time: expected two torch.Event objects");
+    auto* a = reinterpret_cast<THPEvent*>(start.ptr());
+    auto* b = reinterpret_cast<THPEvent*>(end.ptr());
+    py::gil_scoped_release nogil;
+    return a->event.elapsedTime(b->event);
+  });
+
+  // memory
+  m.def("_mem_get_info", [](int64_t index) {
+    auto info = torch_openreg::getDeviceAllocator()->getMemoryInfo(index_or_current(index));
+    return py::make_tuple(info.first, info.second);
+  });
+}

@@ -1,0 +1,190 @@
+// The boxed fallback: every ATen operator without an openreg kernel of its
+// own runs its CPU kernel *in place* on device memory.
+//
+// Unlike at::native::cpu_fallback it copies nothing: openreg arguments are
+// replaced by CPU aliases of their kernel view (KernelView.h), results the
+// CPU kernel allocates already live in device memory, views of inputs come
+// back as views of the openreg inputs, and mutated arguments get their new
+// metadata. Random operators get the openreg generator (explicit or the
+// device default) instead of the CPU's, and `device=` arguments are mapped.
+#include "KernelView.h"
+
+#include "../runtime/OpenRegGenerator.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
+#include <mutex>
+
+namespace torch_openreg {
+namespace {
+
+bool is_openreg(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() != c10::TypeKind::OptionalType) return false;
+  return type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+         c10::TypeKind::GeneratorType;
+}
+
+// The device an operator call runs on: its openreg tensors' device, else the
+// device named by a `device=` argument, else the current device.
+c10::DeviceIndex find_device(const torch::jit::Stack& stack, size_t begin, size_t end) {
+  std::optional<c10::DeviceIndex> from_device_arg;
+  for (size_t i = begin; i < end; ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      if (is_openreg(v.toTensor())) return v.toTensor().device().index();
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        if (is_openreg(t)) return t.device().index();
+      }
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor() && is_openreg(e.toTensor())) return e.toTensor().device().index();
+      }
+    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      if (!from_device_arg) {
+        from_device_arg = v.toDevice().has_index() ? v.toDevice().index() : current_device();
+      }
+    }
+  }
+  return from_device_arg ? *from_device_arg : current_device();
+}
+
+c10::IValue unwrap_value(AliasSet& aliases, c10::IValue v) {
+  if (v.isTensor()) return aliases.unwrap(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    auto in = v.toTensorList();
+    out.reserve(in.size());
+    for (const at::Tensor& t : in) out.push_back(aliases.unwrap(t));
+    return out;
+  }
+  if (v.isList()) {
+    auto in = v.toList();
+    c10::impl::GenericList out(in.elementType());
+    out.reserve(in.size());
+    for (const c10::IValue& e : in) out.push_back(unwrap_value(aliases, e));
+    return out;
+  }
+  return v;
+}
+
+void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
+                      torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& args = schema.arguments();
+  const size_t n = args.size();
+  const size_t begin = stack->size() - n;
+
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      op.hasKernelForDispatchKey(c10::DispatchKey::CPU),
+      "The operator '", schema.operator_name(), "' is not implemented for the "
+      "openreg device: openreg runs ATen's CPU kernels on device memory and "
+      "this operator has no CPU kernel.");
+
+  const c10::DeviceIndex device = find_device(*stack, begin, stack->size());
+  AliasSet aliases(device);
+  // (openreg tensor, its alias) for arguments the operator may write.
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> writes;
+
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[begin + i];
+    const c10::AliasInfo* info = args[i].alias_info();
+    const bool is_write = info && info->isWrite();
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!is_openreg(t)) continue;
+      at::Tensor a = aliases.alias(t);
+      if (is_write) writes.emplace_back(t, a);
+      v = std::move(a);
+    } else if (v.isTensorList()) {
+      auto in = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(in.size());
+      for (const at::Tensor& t : in) {
+        at::Tensor a = aliases.alias(t);
+        if (is_write && is_openreg(t)) writes.emplace_back(t, a);
+        out.push_back(std::move(a));
+      }
+      v = std::move(out);
+    } else if (v.isList()) {  // e.g. Tensor?[] indices
+      auto in = v.toList();
+      c10::impl::GenericList out(in.elementType());
+      out.reserve(in.size());
+      for (const c10::IValue& e : in) {
+        out.push_back(e.isTensor() ? c10::IValue(aliases.alias(e.toTensor())) : e);
+      }
+      v = std::move(out);
+    } else if (v.isGenerator()) {
+      v = cpuGeneratorFor(v.toGenerator());
+    } else if (v.isNone() && is_optional_generator(args[i])) {
+      // No explicit generator: the device's default one, not the CPU's.
+      v = getDefaultOpenRegGenerator(device).defined()
+              ? c10::IValue(cpuGeneratorFor(getDefaultOpenRegGenerator(device)))
+              : v;
+    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      v = c10::Device(c10::DeviceType::CPU);
+    }
+  }
+
+  launch_kernel(device, schema.name().c_str(), [&] {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  });
+
+  for (auto& [t, a] : writes) aliases.sync_back(t, a);
+  const size_t nret = schema.returns().size();
+  for (size_t j = stack->size() - nret; j < stack->size(); ++j) {
+    (*stack)[j] = unwrap_value(aliases, std::move((*stack)[j]));
+  }
+}
+
+}  // namespace
+
+void register_structured_kernels() {
+  // Structured operators reach an out-of-tree backend through their generated
+  // CompositeExplicitAutogradNonFunctional kernel, which allocates the result
+  // itself and calls the out= variant. Besides the extra dispatch, some meta
+  // functions (mse_loss, smooth_l1_loss, ...) then resize that result twice
+  // and warn about it. Route every such operator that has a CPU kernel
+  // straight to the fallback, which runs the CPU's own functional kernel.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static auto* lib = new torch::Library(torch::Library::IMPL, "aten",
+                                          c10::DispatchKey::PrivateUse1,
+                                          __FILE__, __LINE__);
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto op = dispatcher.findOp(name);
+      if (!op) continue;
+      if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+          !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+        continue;
+      }
+      std::string full = name.name.substr(6);
+      if (!name.overload_name.empty()) full += "." + name.overload_name;
+      lib->impl(full.c_str(),
+                torch::CppFunction::makeFromBoxedFunction<&openreg_fallback>());
+    }
+  });
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback>());
+}
+
+// Autocast for openreg: without a fallthrough on AutocastPrivateUse1,
+// torch.autocast("openreg") would fail for every operator without a policy.
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+}  // namespace torch_openreg

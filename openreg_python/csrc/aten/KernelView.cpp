@@ -1,0 +1,243 @@
+#include "KernelView.h"
+
+#include "../runtime/OpenRegAllocator.h"
+
+#include <ATen/core/TensorBody.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
+
+#include <cstring>
+#include <mutex>
+
+namespace torch_openreg {
+
+namespace {
+
+thread_local int t_kernel_device = -1;
+
+// Allocator of the CPU alias storages: when a CPU kernel resizes an alias
+// (an out= argument of the wrong size), the new bytes come from the device.
+struct KernelViewAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    int d = t_kernel_device >= 0 ? t_kernel_device : current_device();
+    return allocateKernelView(static_cast<c10::DeviceIndex>(d), n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dst, const void* src, size_t n) const override {
+    if (n) std::memcpy(dst, src, n);
+  }
+};
+
+KernelViewAllocator& kernel_view_allocator() {
+  static auto* a = new KernelViewAllocator();
+  return *a;
+}
+
+// Wraps the process's CPU allocator. Outside kernels it forwards every call;
+// inside a KernelScope it serves CPU allocations from device memory.
+struct CPUAllocatorShim final : public c10::Allocator {
+  explicit CPUAllocatorShim(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t n) override {
+    int d = t_kernel_device;
+    if (d >= 0) return allocateKernelView(static_cast<c10::DeviceIndex>(d), n);
+    return base_->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  void copy_data(void* dst, const void* src, size_t n) const override {
+    base_->copy_data(dst, src, n);
+  }
+  c10::Allocator* base_;
+};
+
+}  // namespace
+
+void install_cpu_allocator_shim() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    c10::Allocator* base = c10::GetCPUAllocator();
+    static auto* shim = new CPUAllocatorShim(base);
+    c10::SetCPUAllocator(shim, /*priority=*/UINT8_MAX);
+  });
+}
+
+KernelScope::KernelScope(c10::DeviceIndex device) : prev_(t_kernel_device) {
+  t_kernel_device = device;
+}
+
+KernelScope::~KernelScope() { t_kernel_device = prev_; }
+
+at::Tensor make_openreg_tensor(c10::Storage storage, const caffe2::TypeMeta dtype,
+                               c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                               int64_t storage_offset) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, storage_offset);
+  return t;
+}
+
+AliasSet::StorageEntry& AliasSet::storage_alias(const c10::Storage& s) {
+  c10::StorageImpl* impl = s.unsafeGetStorageImpl();
+  for (auto& e : storages_) {
+    if (e.openreg == impl) return e;
+  }
+  void* dev = impl->data_ptr().get();
+  void* kv = dev ? static_cast<char*>(dev) + kernel_view_offset(device_) : nullptr;
+  c10::Storage alias(c10::Storage::use_byte_size_t(), impl->nbytes(),
+                     c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)),
+                     &kernel_view_allocator(), impl->resizable());
+  storages_.push_back({impl, std::move(alias), kv});
+  return storages_.back();
+}
+
+at::Tensor AliasSet::alias(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+  TORCH_CHECK(t.device().index() == device_,
+              "Expected all tensors to be on the same device, but found at "
+              "least two devices, openreg:", static_cast<int>(device_), " and ",
+              t.device(), "!");
+  TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided,
+                              "openreg: only strided tensors are supported, got ",
+                              t.layout());
+  for (auto& e : tensors_) {
+    if (e.openreg.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+      return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(e.alias));
+    }
+  }
+  StorageEntry& se = storage_alias(t.storage());
+  auto cpu = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(se.alias), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  auto* impl = cpu.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.is_conj()) impl->_set_conj(true);
+  if (t.is_neg()) impl->_set_neg(true);
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) impl->set_wrapped_number(true);
+  tensors_.push_back({impl, t});
+  return cpu;
+}
+
+void AliasSet::finalize_storages() {
+  if (finalized_) return;
+  finalized_ = true;
+  for (auto& e : storages_) {
+    c10::StorageImpl* a = e.alias.unsafeGetStorageImpl();
+    if (a->data_ptr().get() != e.alias_data) {
+      // The kernel resized the storage: the new bytes are a device block
+      // (KernelViewAllocator); give them to the openreg storage.
+      c10::DataPtr fresh = a->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+      c10::DataPtr dev;
+      if (isKernelViewDataPtr(fresh)) {
+        dev = rehomeKernelViewDataPtr(std::move(fresh));
+      } else {
+        TORCH_INTERNAL_ASSERT(fresh.get() == nullptr,
+                              "openreg: a kernel replaced a storage with host memory");
+        dev = c10::DataPtr(nullptr, c10::Device(c10::DeviceType::PrivateUse1, device_));
+      }
+      e.openreg->set_data_ptr_noswap(std::move(dev));
+      void* kv = e.openreg->data_ptr().get()
+                     ? static_cast<char*>(e.openreg->data_ptr().get()) + kernel_view_offset(device_)
+                     : nullptr;
+      // Keep the alias usable for views created by the kernel.
+      a->set_data_ptr_noswap(c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)));
+      e.alias_data = kv;
+    }
+    if (a->nbytes() != e.openreg->nbytes()) e.openreg->set_nbytes(a->nbytes());
+  }
+}
+
+c10::Storage AliasSet::adopt_storage(const c10::Storage& cpu_storage) {
+  c10::StorageImpl* impl = cpu_storage.unsafeGetStorageImpl();
+  for (auto& [k, v] : adopted_) {
+    if (k == impl) return v;
+  }
+  c10::Storage out;
+  if (isKernelViewDataPtr(impl->data_ptr())) {
+    // Allocated in device memory by the kernel: adopt it, zero-copy.
+    c10::DataPtr taken = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+    size_t nbytes = impl->nbytes();
+    out = c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
+                       rehomeKernelViewDataPtr(std::move(taken)),
+                       getDeviceAllocator(), /*resizable=*/true);
+    // Keep the CPU storage pointing at the same bytes for any other CPU
+    // tensor that still views it until it dies (it no longer owns them).
+    void* kv = out.data_ptr().get()
+                   ? static_cast<char*>(out.data_ptr().get()) + kernel_view_offset(device_)
+                   : nullptr;
+    impl->set_data_ptr_noswap(c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)));
+  } else {
+    // Host memory (the kernel used an allocator we do not control): copy.
+    size_t nbytes = impl->nbytes();
+    auto prev = exchange_device(device_);
+    c10::DataPtr dp;
+    try {
+      dp = getDeviceAllocator()->allocate(nbytes);
+    } catch (...) {
+      exchange_device(prev);
+      throw;
+    }
+    exchange_device(prev);
+    if (nbytes && impl->data_ptr().get()) {
+      OPENREG_CHECK(orMemcpyAsync(dp.get(), impl->data_ptr().get(), nbytes,
+                                  orMemcpyHostToDevice, currentNativeStream(device_)));
+    }
+    out = c10::Storage(c10::Storage::use_byte_size_t(), nbytes, std::move(dp),
+                       getDeviceAllocator(), /*resizable=*/true);
+  }
+  adopted_.emplace_back(impl, out);
+  return out;
+}
+
+void AliasSet::sync_back(const at::Tensor& openreg, const at::Tensor& cpu) {
+  finalize_storages();
+  auto* oi = openreg.unsafeGetTensorImpl();
+  auto* ci = cpu.unsafeGetTensorImpl();
+  c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
+  c10::StorageImpl* target = nullptr;
+  for (auto& e : storages_) {
+    if (e.alias.unsafeGetStorageImpl() == cs) {
+      target = e.openreg;
+      break;
+    }
+  }
+  if (target != oi->storage().unsafeGetStorageImpl()) {
+    c10::Storage st = target
+        ? c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(target))
+        : adopt_storage(ci->storage());
+    oi->set_storage_keep_dtype(std::move(st));
+  }
+  if (oi->sizes() != ci->sizes() || oi->strides() != ci->strides() ||
+      oi->storage_offset() != ci->storage_offset()) {
+    oi->set_sizes_and_strides(ci->sizes(), ci->strides(), ci->storage_offset());
+  }
+}
+
+at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
+  if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  finalize_storages();
+  auto* ci = cpu.unsafeGetTensorImpl();
+  for (auto& e : tensors_) {
+    if (e.alias == ci) {
+      sync_back(e.openreg, cpu);
+      return e.openreg;
+    }
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(cpu.layout() == c10::kStrided,
+                              "openreg: the CPU kernel returned a ", cpu.layout(),
+                              " tensor, which openreg does not support");
+  c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
+  c10::Storage st;
+  for (auto& e : storages_) {
+    if (e.alias.unsafeGetStorageImpl() == cs) {
+      st = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(e.openreg));
+      break;
+    }
+  }
+  if (!st) st = adopt_storage(ci->storage());
+  auto out = make_openreg_tensor(std::move(st), cpu.dtype(), cpu.sizes(),
+                                 cpu.strides(), cpu.storage_offset());
+  if (cpu.is_conj()) out.unsafeGetTensorImpl()->_set_conj(true);
+  if (cpu.is_neg()) out.unsafeGetTensorImpl()->_set_neg(true);
+  return out;
+}
+
+}  // namespace torch_openreg

@@ -1,0 +1,130 @@
+// Running ATen's CPU kernels on openreg device memory, zero-copy.
+//
+// The simulated device's memory *is* host memory, reachable by kernels at
+// "device address + kernel view offset" (see openreg.h). So an openreg
+// kernel here is: wrap each openreg tensor in a CPU tensor over the kernel
+// view of the same bytes (an "alias"), run the CPU kernel on the aliases on
+// the device's current stream, and turn CPU results back into openreg
+// tensors. Results the CPU kernel allocates land in device memory directly
+// (KernelScope routes this thread's CPU allocations to the device), so no
+// byte is copied in either direction.
+//
+// Vendor: a real backend launches its own kernels here instead; the shape of
+// this file (find device, wrap arguments, launch on the current stream,
+// wrap results) is still the shape of a backend's kernel glue.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
+
+#include <exception>
+
+#include "../runtime/OpenRegFunctions.h"
+#include "../runtime/OpenRegStream.h"
+
+namespace torch_openreg {
+
+// While alive, CPU allocations made by this thread come from `device`'s
+// memory (kernel view). Nests.
+struct KernelScope {
+  explicit KernelScope(c10::DeviceIndex device);
+  ~KernelScope();
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  int prev_;
+};
+
+// Installs the CPU-allocator shim that makes KernelScope work. Idempotent.
+void install_cpu_allocator_shim();
+
+// Sends structured operators straight to the fallback (see Fallback.cpp).
+// Called once the dispatcher knows every operator (module import).
+void register_structured_kernels();
+
+// Maps openreg tensors to CPU aliases and CPU results back, for one kernel
+// launch. Tensors that share an openreg storage get aliases that share one
+// CPU storage, so CPU overlap checks and view relationships are preserved.
+class AliasSet {
+ public:
+  explicit AliasSet(c10::DeviceIndex device) : device_(device) {}
+
+  // CPU alias of an openreg tensor (same sizes/strides/offset/dtype/conj/neg
+  // bits). Undefined and non-openreg tensors are returned unchanged.
+  at::Tensor alias(const at::Tensor& t);
+
+  // After the CPU kernel ran: propagate metadata/storage changes that the
+  // kernel made to an alias (resize_, as_strided_, set_) to its openreg
+  // tensor.
+  void sync_back(const at::Tensor& openreg, const at::Tensor& cpu_alias);
+
+  // Turn a CPU result into an openreg tensor: the original openreg tensor if
+  // the result *is* one of our aliases, a view of the aliased openreg storage
+  // if it views one, else a tensor that adopts the result's storage (which
+  // the kernel allocated in device memory) or, failing that, a copy.
+  at::Tensor unwrap(const at::Tensor& cpu_result);
+
+  c10::DeviceIndex device() const { return device_; }
+
+  // Called (implicitly, by sync_back/unwrap) once the kernel has run: moves
+  // storages the kernel reallocated over to their openreg owners.
+  void finalize_storages();
+
+ private:
+  struct StorageEntry {
+    c10::StorageImpl* openreg;  // borrowed: the openreg tensors keep it alive
+    c10::Storage alias;         // CPU storage over the kernel view
+    void* alias_data;           // alias data pointer when created
+  };
+  struct TensorEntry {
+    c10::TensorImpl* alias;
+    at::Tensor openreg;
+  };
+  StorageEntry& storage_alias(const c10::Storage& s);
+  c10::Storage adopt_storage(const c10::Storage& cpu_storage);
+
+  c10::DeviceIndex device_;
+  bool finalized_ = false;
+  c10::SmallVector<StorageEntry, 4> storages_;
+  c10::SmallVector<TensorEntry, 4> tensors_;
+  // CPU storages adopted as openreg storages during unwrap (result sharing).
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted_;
+};
+
+// Run `fn` as a kernel on `device`'s current stream: after the stream's
+// earlier work, on this thread, with CPU allocations routed to the device.
+// Exceptions thrown by `fn` propagate to the caller unchanged.
+template <class F>
+void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn) {
+  struct Ctx {
+    F* fn;
+    c10::DeviceIndex device;
+    std::exception_ptr error;
+  } ctx{&fn, device, nullptr};
+  orKernelFn_t body = [](void* p) -> orError_t {
+    auto* c = static_cast<Ctx*>(p);
+    try {
+      KernelScope scope(c->device);
+      (*c->fn)();
+    } catch (...) {
+      c->error = std::current_exception();
+      return orErrorLaunchFailure;
+    }
+    return orSuccess;
+  };
+  orError_t err = orLaunchKernel(currentNativeStream(device), body, &ctx, name,
+                                 orLaunchSynchronous);
+  if (ctx.error) {
+    orGetLastError();
+    std::rethrow_exception(ctx.error);
+  }
+  OPENREG_CHECK(err);
+}
+
+// Make an openreg tensor with the given geometry over `storage`.
+at::Tensor make_openreg_tensor(c10::Storage storage, const caffe2::TypeMeta dtype,
+                               c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                               int64_t storage_offset);
+
+}  // namespace torch_openreg

@@ -1,0 +1,301 @@
+// The operators every PrivateUse1 backend must provide itself: allocation
+// (empty, empty_strided), metadata/view ops, resizing, set_, copies between
+// devices and _local_scalar_dense. Everything else goes through the
+// zero-copy fallback (Fallback.cpp) or the native kernels of later files.
+#include "KernelView.h"
+
+#include "../runtime/OpenRegAllocator.h"
+#include "../runtime/OpenRegGenerator.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/CachingHostAllocator.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/Functions.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+namespace torch_openreg {
+namespace {
+
+c10::DeviceIndex target_device(std::optional<c10::Device> device) {
+  if (device && device->has_index()) {
+    check_device_index(device->index());
+    return device->index();
+  }
+  return current_device();
+}
+
+void check_dense_layout(std::optional<c10::Layout> layout) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !layout || *layout == c10::kStrided,
+      "openreg supports only strided (dense) tensors; layout ", *layout,
+      " is not implemented for the openreg device");
+}
+
+// ------------------------------------------------------------ factories
+at::Tensor empty_memory_format(c10::IntArrayRef size,
+                               std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  check_dense_layout(layout);
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  auto idx = target_device(device);
+  auto prev = exchange_device(idx);
+  at::Tensor t;
+  try {
+    t = at::detail::empty_generic(size, getDeviceAllocator(),
+                                  c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                  c10::dtype_or_default(dtype), memory_format);
+  } catch (...) {
+    exchange_device(prev);
+    throw;
+  }
+  exchange_device(prev);
+  return t;
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  check_dense_layout(layout);
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  auto idx = target_device(device);
+  auto prev = exchange_device(idx);
+  at::Tensor t;
+  try {
+    t = at::detail::empty_strided_generic(
+        size, stride, getDeviceAllocator(),
+        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::dtype_or_default(dtype));
+  } catch (...) {
+    exchange_device(prev);
+    throw;
+  }
+  exchange_device(prev);
+  return t;
+}
+
+// ------------------------------------------------------------ resizing
+void grow_storage(c10::TensorImpl* impl, size_t nbytes) {
+  const c10::Storage& storage = impl->unsafe_storage();
+  if (!storage) {
+    auto prev = exchange_device(impl->device().index());
+    c10::Storage fresh(c10::Storage::use_byte_size_t(), nbytes,
+                       getDeviceAllocator()->allocate(nbytes), getDeviceAllocator(),
+                       /*resizable=*/true);
+    exchange_device(prev);
+    impl->set_storage_keep_dtype(std::move(fresh));
+  } else if (nbytes > storage.nbytes()) {
+    at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(storage, nbytes);
+  }
+}
+
+void resize_impl(c10::TensorImpl* impl, c10::IntArrayRef size,
+                 std::optional<c10::IntArrayRef> stride) {
+  if (impl->sizes() == size && (!stride || impl->strides() == *stride)) return;
+  const auto itemsize = impl->dtype().itemsize();
+  const auto offset = impl->storage_offset();
+  size_t nbytes = 0;
+  if (stride) {
+    impl->set_sizes_and_strides(size, *stride);
+    nbytes = at::detail::computeStorageNbytes(size, *stride, itemsize, offset);
+  } else {
+    impl->set_sizes_contiguous(size);
+    nbytes = at::detail::computeStorageNbytesContiguous(size, itemsize, offset);
+  }
+  grow_storage(impl, nbytes);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  for (auto s : size) {
+    TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s,
+                ": ", size);
+  }
+  auto* impl = self.unsafeGetTensorImpl();
+  resize_impl(impl, size, std::nullopt);
+  if (memory_format) {
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve,
+                "Unsupported memory format", *memory_format);
+    impl->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t storage_offset,
+                        c10::IntArrayRef size, c10::IntArrayRef stride) {
+  at::native::checkSetStorage(self, source, storage_offset, size, stride);
+  self.unsafeGetTensorImpl()->set_storage_offset(storage_offset);
+  std::optional<c10::IntArrayRef> stride_opt =
+      stride.data() != nullptr ? std::optional<c10::IntArrayRef>(stride) : std::nullopt;
+  resize_impl(self.unsafeGetTensorImpl(), size, stride_opt);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  auto prev = exchange_device(self.device().index());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
+                       getDeviceAllocator()->allocate(0), getDeviceAllocator(), true);
+  exchange_device(prev);
+  return set_storage(self, std::move(storage), 0, {0}, {});
+}
+
+// ------------------------------------------------------------ copies
+bool is_pinned_host(const at::Tensor& t) {
+  orPointerAttributes attr{};
+  if (orPointerGetAttributes(&attr, t.storage().data_ptr().get()) != orSuccess) {
+    orGetLastError();
+    return false;
+  }
+  return attr.type == orMemoryTypeHost;
+}
+
+// Plain byte copy possible: same dtype and shape, both contiguous, no lazy
+// conjugate/negative bits to apply.
+bool bytewise_copyable(const at::Tensor& dst, const at::Tensor& src) {
+  return dst.dtype() == src.dtype() && dst.sizes() == src.sizes() &&
+         dst.is_contiguous() && src.is_contiguous() &&
+         dst.is_conj() == src.is_conj() && dst.is_neg() == src.is_neg();
+}
+
+void record_host_block(const at::Tensor& host, c10::DeviceIndex device) {
+  auto* alloc = at::getHostAllocator(at::kPrivateUse1);
+  const auto& dp = host.storage().data_ptr();
+  alloc->record_event(const_cast<void*>(dp.get()), dp.get_context(),
+                      getCurrentStream(device));
+}
+
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  TORCH_CHECK(self.defined(), "copy_: the destination tensor is undefined");
+  TORCH_CHECK(src.defined(), "copy_: the source tensor is undefined");
+  if (self.is_same(src) || self.numel() == 0) return self;
+  const bool dst_dev = self.device().type() == c10::DeviceType::PrivateUse1;
+  const bool src_dev = src.device().type() == c10::DeviceType::PrivateUse1;
+  TORCH_CHECK(dst_dev || self.device().type() == c10::DeviceType::CPU,
+              "openreg: copy_ from ", src.device(), " to ", self.device(),
+              " is not supported");
+  TORCH_CHECK(src_dev || src.device().type() == c10::DeviceType::CPU,
+              "openreg: copy_ from ", src.device(), " to ", self.device(),
+              " is not supported");
+
+  if (dst_dev && src_dev) {
+    auto dd = self.device().index(), sd = src.device().index();
+    if (dd != sd) {
+      // Peer copy: the source's stream must be done before the destination
+      // stream reads it (CUDA orders the two streams with events).
+      OPENREG_CHECK(orStreamSynchronize(currentNativeStream(sd)));
+    }
+    AliasSet dst_set(dd), src_set(sd);
+    at::Tensor d = dst_set.alias(self), s = src_set.alias(src);
+    launch_kernel(dd, "copy_d2d", [&] { d.copy_(s); });
+    return self;
+  }
+  if (dst_dev) {  // host -> device
+    auto dd = self.device().index();
+    if (non_blocking && bytewise_copyable(self, src) && is_pinned_host(src)) {
+      // Truly asynchronous: a device worker performs the copy later.
+      OPENREG_CHECK(orMemcpyAsync(self.data_ptr(), src.data_ptr(), self.nbytes(),
+                                  orMemcpyHostToDevice, currentNativeStream(dd)));
+      record_host_block(src, dd);
+      return self;
+    }
+    AliasSet set(dd);
+    at::Tensor d = set.alias(self);
+    launch_kernel(dd, "copy_h2d", [&] { d.copy_(src); });
+    return self;
+  }
+  // device -> host
+  auto sd = src.device().index();
+  if (non_blocking && bytewise_copyable(self, src) && is_pinned_host(self)) {
+    OPENREG_CHECK(orMemcpyAsync(self.data_ptr(), src.data_ptr(), self.nbytes(),
+                                orMemcpyDeviceToHost, currentNativeStream(sd)));
+    record_host_block(self, sd);
+    return self;
+  }
+  AliasSet set(sd);
+  at::Tensor s = set.alias(src);
+  launch_kernel(sd, "copy_d2h", [&] { self.copy_(s); });
+  return self;
+}
+
+at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor d = dst;
+  copy_(d, self, non_blocking);
+  return dst;
+}
+
+at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  at::Tensor d = dst;
+  copy_(d, self, false);
+  return dst;
+}
+
+// ------------------------------------------------------------ scalars
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  auto dev = self.device().index();
+  AliasSet set(dev);
+  at::Tensor a = set.alias(self);
+  c10::Scalar out;
+  // Runs after the stream's queued work: .item() is a synchronisation point.
+  launch_kernel(dev, "_local_scalar_dense", [&] { out = at::_local_scalar_dense(a); });
+  return out;
+}
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  getDeviceAllocator()->recordStream(self.storage().data_ptr(), stream);
+}
+
+// native_dropout's CPU kernel draws from the CPU default generator; on
+// openreg the mask must come from the openreg generator, so compose it from
+// bernoulli_ (which the fallback feeds the device's generator).
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
+                                                  std::optional<bool> train) {
+  auto bool_opts = input.options().dtype(at::kBool);
+  if (train.has_value() && !*train) {
+    return {input.clone(), at::ones_like(input, bool_opts)};
+  }
+  double p1m = 1. - p;
+  double scale = p1m == 0 ? 0. : 1. / p1m;
+  at::Tensor mask = at::empty_like(input, bool_opts);
+  mask.bernoulli_(p1m);
+  at::Tensor output = input.mul(mask).mul_(scale);
+  return {output, mask};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("copy_", TORCH_FN(copy_));
+  m.impl("_copy_from", TORCH_FN(_copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(_copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("native_dropout", TORCH_FN(native_dropout));
+}
+
+}  // namespace torch_openreg

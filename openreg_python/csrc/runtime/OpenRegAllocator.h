@@ -1,0 +1,25 @@
+// The caching device allocator (a c10::DeviceAllocator, so that
+// torch.accelerator.memory_* and torch.openreg.memory_* work). Light header.
+#pragma once
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Stream.h>
+
+namespace torch_openreg {
+
+c10::DeviceAllocator* getDeviceAllocator();
+
+// Kernels that run ATen's CPU code on device memory allocate their outputs
+// and workspaces here: the returned DataPtr points at the kernel view of a
+// device block and claims device CPU, so CPU code can write it. Turn it into
+// a real openreg DataPtr with rehomeKernelViewDataPtr().
+c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes);
+// True if `ptr` came from allocateKernelView (device CPU, our deleter).
+bool isKernelViewDataPtr(const c10::DataPtr& ptr);
+// Converts a DataPtr made by allocateKernelView into the openreg DataPtr of
+// the same block, without copying.
+c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr);
+// True if the DataPtr is an openreg device allocation made by this allocator.
+bool isDeviceDataPtr(const c10::DataPtr& ptr);
+
+}  // namespace torch_openreg

@@ -1,0 +1,150 @@
+// c10::impl::DeviceGuardImplInterface for openreg: how c10 switches devices,
+// streams and events without knowing about our runtime. Registered with
+// C10_REGISTER_GUARD_IMPL so that c10::DeviceGuard, c10::Stream, c10::Event,
+// torch.Stream/torch.Event and the autograd engine all work on openreg.
+#include "OpenRegAllocator.h"
+#include "OpenRegFunctions.h"
+#include "OpenRegStream.h"
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+namespace torch_openreg {
+
+struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType static_type = c10::DeviceType::PrivateUse1;
+
+  c10::DeviceType type() const override { return static_type; }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == static_type, "expected an openreg device, got ", d);
+    return c10::Device(static_type, exchange_device(d.index()));
+  }
+
+  c10::Device getDevice() const override {
+    return c10::Device(static_type, current_device());
+  }
+
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == static_type, "expected an openreg device, got ", d);
+    set_device(d.index());
+  }
+
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    maybe_exchange_device(d.index());
+  }
+
+  c10::Stream getStream(c10::Device d) const override {
+    return getCurrentStream(d.index());
+  }
+
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return torch_openreg::getDefaultStream(d.index());
+  }
+
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool isHighPriority) const override {
+    int least = 0, greatest = 0;
+    orDeviceGetStreamPriorityRange(&least, &greatest);
+    return getStreamFromPool(d.index(), isHighPriority ? greatest : least);
+  }
+
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
+    return torch_openreg::getNewStream(d.index(), priority);
+  }
+
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    return exchangeCurrentStream(s);
+  }
+
+  void* getStreamNativeHandle(const c10::Stream s) const override {
+    return static_cast<void*>(nativeStream(s));
+  }
+
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return device_count();
+  }
+
+  // ------------------------------------------------------------ events
+  void destroyEvent(void* event, const c10::DeviceIndex /*device*/) const noexcept override {
+    if (event) orEventDestroy(static_cast<orEvent_t>(event));
+  }
+
+  void record(void** event, const c10::Stream& stream,
+              const c10::DeviceIndex device_index,
+              const c10::EventFlag flag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
+                "Event device index ", static_cast<int>(device_index),
+                " does not match recording stream's device index ",
+                static_cast<int>(stream.device_index()), ".");
+    auto* or_event = static_cast<orEvent_t>(*event);
+    if (!or_event) {
+      // PYTORCH_DEFAULT disables timing, BACKEND_DEFAULT enables it, as for
+      // CUDA (torch.Event(enable_timing=True) asks for BACKEND_DEFAULT).
+      unsigned flags = flag == c10::EventFlag::BACKEND_DEFAULT
+                           ? orEventDefault
+                           : orEventDisableTiming;
+      auto prev = exchange_device(stream.device_index());
+      orError_t err = orEventCreateWithFlags(&or_event, flags);
+      exchange_device(prev);
+      OPENREG_CHECK(err);
+      *event = or_event;
+    }
+    OPENREG_CHECK(orEventRecord(or_event, nativeStream(stream)));
+  }
+
+  void block(void* event, const c10::Stream& stream) const override {
+    if (!event) return;
+    OPENREG_CHECK(orStreamWaitEvent(nativeStream(stream),
+                                    static_cast<orEvent_t>(event), 0));
+  }
+
+  bool queryEvent(void* event) const override {
+    if (!event) return true;
+    orError_t err = orEventQuery(static_cast<orEvent_t>(event));
+    if (err == orErrorNotReady) return false;
+    OPENREG_CHECK(err);
+    return true;
+  }
+
+  void synchronizeEvent(void* event) const override {
+    if (!event) return;
+    OPENREG_CHECK(orEventSynchronize(static_cast<orEvent_t>(event)));
+  }
+
+  double elapsedTime(void* start, void* end,
+                     const c10::DeviceIndex /*device*/) const override {
+    TORCH_CHECK(start && end,
+                "Both events must be recorded before calculating elapsed time.");
+    float ms = 0;
+    OPENREG_CHECK(orEventElapsedTime(&ms, static_cast<orEvent_t>(start),
+                                     static_cast<orEvent_t>(end)));
+    return static_cast<double>(ms);
+  }
+
+  // ------------------------------------------------------------ streams
+  bool queryStream(const c10::Stream& stream) const override {
+    orError_t err = orStreamQuery(nativeStream(stream));
+    if (err == orErrorNotReady) return false;
+    OPENREG_CHECK(err);
+    return true;
+  }
+
+  void synchronizeStream(const c10::Stream& stream) const override {
+    OPENREG_CHECK(orStreamSynchronize(nativeStream(stream)));
+  }
+
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    auto prev = exchange_device(device_index);
+    orError_t err = orDeviceSynchronize();
+    exchange_device(prev);
+    OPENREG_CHECK(err);
+  }
+
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr,
+                             const c10::Stream& stream) const override {
+    getDeviceAllocator()->recordStream(data_ptr, stream);
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, OpenRegGuardImpl);
+
+}  // namespace torch_openreg

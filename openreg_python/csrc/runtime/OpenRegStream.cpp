@@ -1,0 +1,149 @@
+#include "OpenRegStream.h"
+
+#include "OpenRegFunctions.h"
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+namespace torch_openreg {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+constexpr int kMaxStreams = 4096;  // per device
+constexpr int kPoolSize = 32;      // per priority level, as in CUDA
+constexpr int kPriorityLevels = 4; // 0, -1, -2, -3 (orDeviceGetStreamPriorityRange)
+
+struct DeviceStreams {
+  std::once_flag init;
+  std::mutex mu;
+  // Entries are written once, before `count` is published, then read without
+  // locking.
+  std::array<std::atomic<orStream_t>, kMaxStreams> handles{};
+  std::array<int, kMaxStreams> priorities{};
+  std::atomic<int> count{0};
+  // Pools: lazily filled ids per priority level.
+  std::array<std::array<int, kPoolSize>, kPriorityLevels> pool_ids{};
+  std::array<bool, kPriorityLevels> pool_ready{};
+  std::array<std::atomic<uint32_t>, kPriorityLevels> pool_next{};
+};
+
+DeviceStreams& table(c10::DeviceIndex device) {
+  static DeviceStreams* tables = new DeviceStreams[kMaxDevices];
+  return tables[device];
+}
+
+int add_stream_locked(DeviceStreams& t, c10::DeviceIndex device, int priority) {
+  int n = t.count.load();
+  TORCH_CHECK(n < kMaxStreams, "openreg: too many streams on device openreg:",
+              static_cast<int>(device), " (limit ", kMaxStreams, ")");
+  orStream_t s = nullptr;
+  {
+    int prev = 0;
+    OPENREG_CHECK(orGetDevice(&prev));
+    OPENREG_CHECK(orSetDevice(device));
+    orError_t err = orStreamCreateWithPriority(&s, 0, priority);
+    orSetDevice(prev);
+    OPENREG_CHECK(err);
+  }
+  int actual = 0;
+  OPENREG_CHECK(orStreamGetPriority(s, &actual));
+  t.handles[n].store(s, std::memory_order_relaxed);
+  t.priorities[n] = actual;
+  t.count.store(n + 1, std::memory_order_release);
+  return n;
+}
+
+DeviceStreams& init_table(c10::DeviceIndex device) {
+  check_device_index(device);
+  DeviceStreams& t = table(device);
+  std::call_once(t.init, [&] {
+    std::lock_guard<std::mutex> g(t.mu);
+    add_stream_locked(t, device, 0);  // id 0: the default stream
+  });
+  return t;
+}
+
+// Per-thread current stream ids; -1 means "the default stream".
+thread_local std::array<int, kMaxDevices> t_current = [] {
+  std::array<int, kMaxDevices> a;
+  a.fill(0);
+  return a;
+}();
+
+c10::Stream make(c10::DeviceIndex device, int id) {
+  return c10::Stream(c10::Stream::UNSAFE,
+                     c10::Device(c10::DeviceType::PrivateUse1, device),
+                     static_cast<c10::StreamId>(id));
+}
+
+}  // namespace
+
+c10::Stream getDefaultStream(c10::DeviceIndex device) {
+  init_table(device);
+  return make(device, 0);
+}
+
+c10::Stream getCurrentStream(c10::DeviceIndex device) {
+  if (device < 0) device = current_device();
+  init_table(device);
+  return make(device, t_current[device]);
+}
+
+c10::Stream exchangeCurrentStream(c10::Stream stream) {
+  auto device = stream.device_index();
+  nativeStream(stream);  // validates
+  auto prev = make(device, t_current[device]);
+  t_current[device] = static_cast<int>(stream.id());
+  return prev;
+}
+
+c10::Stream getStreamFromPool(c10::DeviceIndex device, int priority) {
+  if (device < 0) device = current_device();
+  DeviceStreams& t = init_table(device);
+  int level = priority >= 0 ? 0 : -priority;
+  if (level >= kPriorityLevels) level = kPriorityLevels - 1;
+  {
+    std::lock_guard<std::mutex> g(t.mu);
+    if (!t.pool_ready[level]) {
+      for (int i = 0; i < kPoolSize; ++i)
+        t.pool_ids[level][i] = add_stream_locked(t, device, -level);
+      t.pool_ready[level] = true;
+    }
+  }
+  uint32_t k = t.pool_next[level].fetch_add(1) % kPoolSize;
+  return make(device, t.pool_ids[level][k]);
+}
+
+c10::Stream getNewStream(c10::DeviceIndex device, int priority) {
+  if (device < 0) device = current_device();
+  DeviceStreams& t = init_table(device);
+  std::lock_guard<std::mutex> g(t.mu);
+  return make(device, add_stream_locked(t, device, priority));
+}
+
+orStream_t nativeStream(const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "expected an openreg stream, got a stream on ", stream.device());
+  auto device = stream.device_index();
+  DeviceStreams& t = init_table(device);
+  auto id = stream.id();
+  TORCH_CHECK(id >= 0 && id < t.count.load(std::memory_order_acquire),
+              "openreg: unknown stream id ", id, " on device openreg:",
+              static_cast<int>(device));
+  return t.handles[id].load(std::memory_order_relaxed);
+}
+
+int streamPriority(const c10::Stream& stream) {
+  nativeStream(stream);
+  return table(stream.device_index()).priorities[stream.id()];
+}
+
+orStream_t currentNativeStream(c10::DeviceIndex device) {
+  DeviceStreams& t = init_table(device);
+  return t.handles[t_current[device]].load(std::memory_order_relaxed);
+}
+
+}  // namespace torch_openreg

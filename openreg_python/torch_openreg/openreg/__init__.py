@@ -1,0 +1,209 @@
+"""``torch.openreg``: the device module, modelled on ``torch.cuda``."""
+
+import threading
+from typing import Any, Optional, Union
+
+import torch
+
+from .. import _C
+
+_device_t = Union[torch.device, str, int, None]
+
+_initialized = False
+_init_lock = threading.Lock()
+
+
+def _get_device_index(device: _device_t, optional: bool = True) -> int:
+    """Index of an openreg ``device`` (str, int, torch.device or None)."""
+    if device is None:
+        if not optional:
+            raise ValueError("Expected an openreg device, got None")
+        return current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "openreg":
+            raise ValueError(f"Expected an openreg device, but got: {device}")
+        return current_device() if device.index is None else device.index
+    if isinstance(device, int):
+        return device
+    raise TypeError(f"Expected a torch.device, str, int or None, got {type(device).__name__}")
+
+
+def _check_index(index: int) -> int:
+    count = device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(
+            f"Invalid openreg device index {index}: {count} openreg device(s) are "
+            "available (set OPENREG_DEVICE_COUNT to change that)"
+        )
+    return index
+
+
+# ---------------------------------------------------------------- devices
+def is_available() -> bool:
+    """True if at least one openreg device exists."""
+    return device_count() > 0
+
+
+def device_count() -> int:
+    """Number of openreg devices (``OPENREG_DEVICE_COUNT``, default 2)."""
+    return _C._get_device_count()
+
+
+def is_initialized() -> bool:
+    """Whether the openreg backend has been initialised in this process."""
+    return _initialized and not _is_in_bad_fork()
+
+
+def _is_in_bad_fork() -> bool:
+    return _C._is_in_bad_fork()
+
+
+def _lazy_init() -> None:
+    """Initialise the backend on first use (called by PyTorch too)."""
+    global _initialized
+    if is_initialized():
+        return
+    with _init_lock:
+        if is_initialized():
+            return
+        if _is_in_bad_fork():
+            raise RuntimeError(
+                "Cannot re-initialize openreg in forked subprocess. To use openreg "
+                "with multiprocessing, you must use the 'spawn' start method"
+            )
+        _C._init()
+        _initialized = True
+
+
+def init() -> None:
+    """Initialise the backend explicitly (like ``torch.cuda.init``)."""
+    _lazy_init()
+
+
+def current_device() -> int:
+    """Index of the current openreg device of this thread."""
+    return _C._get_device()
+
+
+def set_device(device: _device_t) -> None:
+    """Set the current openreg device. Negative indices are ignored, as in CUDA."""
+    index = _get_device_index(device)
+    if index >= 0:
+        _lazy_init()
+        _check_index(index)
+        _C._set_device(index)
+
+
+class device:
+    """Context manager that changes the current openreg device."""
+
+    def __init__(self, device: Any):
+        self.idx = _get_device_index(device, optional=True) if device is not None else -1
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            _lazy_init()
+            _check_index(self.idx)
+        self.prev_idx = _C._exchange_device(self.idx)
+
+    def __exit__(self, *args: Any) -> bool:
+        self.idx = _C._maybe_exchange_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the device of ``obj`` (a tensor) current."""
+
+    def __init__(self, obj: torch.Tensor):
+        idx = obj.get_device() if obj.device.type == "openreg" else -1
+        super().__init__(idx)
+
+
+def synchronize(device: _device_t = None) -> None:
+    """Wait for all work on every stream of ``device`` to finish."""
+    _lazy_init()
+    _C._synchronize(_check_index(_get_device_index(device)))
+
+
+class _DeviceProperties:
+    """Properties of an openreg device (cf. ``torch.cuda.get_device_properties``)."""
+
+    def __init__(self, props: dict):
+        self.name: str = props["name"]
+        self.total_memory: int = props["total_memory"]
+        self.multi_processor_count: int = props["multi_processor_count"]
+        self.major: int = props["major"]
+        self.minor: int = props["minor"]
+        self.strict_memory: bool = props["strict_memory"]
+        self.stream_priority_range = (
+            props["stream_priority_least"],
+            props["stream_priority_greatest"],
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"_DeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory // (1024 * 1024)}MB, "
+            f"multi_processor_count={self.multi_processor_count}, "
+            f"strict_memory={self.strict_memory})"
+        )
+
+
+def get_device_properties(device: _device_t = None) -> _DeviceProperties:
+    """Properties of ``device`` (name, total_memory, multi_processor_count, ...)."""
+    return _DeviceProperties(_C._get_device_properties(_check_index(_get_device_index(device))))
+
+
+def get_device_name(device: _device_t = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: _device_t = None) -> tuple:
+    props = get_device_properties(device)
+    return props.major, props.minor
+
+
+def _sleep(microseconds: int) -> None:
+    """Occupy the current stream for ``microseconds`` (like ``torch.cuda._sleep``)."""
+    _lazy_init()
+    _C._sleep(int(microseconds))
+
+
+from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream  # noqa: E402
+from .memory import (  # noqa: E402
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+)
+from .random import (  # noqa: E402
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+
+__all__ = [
+    "Event", "Stream", "StreamContext", "current_device", "current_stream",
+    "default_stream", "device", "device_count", "device_of", "empty_cache",
+    "get_device_capability", "get_device_name", "get_device_properties",
+    "get_rng_state", "get_rng_state_all", "init", "initial_seed", "is_available",
+    "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
+    "memory_stats", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
+    "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
+    "set_stream", "stream", "synchronize",
+]

@@ -1,0 +1,66 @@
+"""Random number generation for openreg, modelled on ``torch.cuda.random``."""
+
+from typing import Any, Iterable, List
+
+import torch
+
+from .. import _C
+
+
+def _generator(device: Any = None) -> torch.Generator:
+    from . import _check_index, _get_device_index, _lazy_init
+
+    _lazy_init()
+    return _C._get_default_generator(_check_index(_get_device_index(device)))
+
+
+def get_rng_state(device: Any = "openreg") -> torch.Tensor:
+    """State of ``device``'s default generator, as a CPU ByteTensor."""
+    return _generator(device).get_state()
+
+
+def get_rng_state_all() -> List[torch.Tensor]:
+    from . import device_count
+
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "openreg") -> None:
+    """Restore ``device``'s default generator from ``get_rng_state()``."""
+    _generator(device).set_state(new_state.clone(memory_format=torch.contiguous_format))
+
+
+def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the current device's default generator."""
+    _generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed every openreg device's default generator."""
+    from . import device_count
+
+    for i in range(device_count()):
+        _generator(i).manual_seed(int(seed))
+
+
+def seed() -> None:
+    """Seed the current device's generator with a non-deterministic number."""
+    _generator().seed()
+
+
+def seed_all() -> None:
+    from . import current_device, device_count
+
+    s = _generator(current_device()).seed()
+    for i in range(device_count()):
+        _generator(i).manual_seed(s)
+
+
+def initial_seed() -> int:
+    """The seed of the current device's default generator."""
+    return _generator().initial_seed()
