@@ -12,7 +12,18 @@ does the same). Loading it:
   and the storage methods.
 """
 
-import torch
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group.
+
+    Importing the package does the work. Defined before ``import torch`` so
+    that ``import torch_openreg`` as the *first* import (torch then runs its
+    entry points while this module is still initialising) finds it.
+    """
+
+
+import torch  # noqa: E402
 
 from . import _C  # noqa: F401  (registers the backend with c10/ATen)
 from . import openreg
@@ -32,7 +43,3 @@ def _register() -> None:
 
 
 _register()
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group; importing did the work."""

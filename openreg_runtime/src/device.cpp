@@ -198,9 +198,7 @@ Device* get_device(int index, const char* call) {
   }
   if (in_forked_child()) {
     fail(orErrorInitializationError,
-         "%s: the openreg runtime was initialised in the parent process and "
-         "cannot be used in a forked child; use the 'spawn' start method",
-         call);
+         "%s: " OPENREG_FORK_MESSAGE, call);
     return nullptr;
   }
   if (index < 0 || index >= c.device_count) {

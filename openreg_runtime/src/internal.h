@@ -43,7 +43,10 @@ struct Config {
   std::string init_message;
 };
 const Config& config();
-bool in_forked_child();  // the runtime was initialised by a parent process
+bool in_forked_child();
+#define OPENREG_FORK_MESSAGE                                               \
+  "the openreg runtime was initialised in the parent process and cannot " \
+  "be used in a forked child; use the 'spawn' start method"  // the runtime was initialised by a parent process
 
 // ------------------------------------------------------------ memory
 struct Arena {

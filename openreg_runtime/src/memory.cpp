@@ -167,6 +167,7 @@ void init_arena(Device& dev) {
   a->device = dev.index;
   a->capacity = c.capacity;
   int flags_noreserve = MAP_NORESERVE;
+  // [docs:dual-mapping]
   if (c.strict) {
     char name[32];
     snprintf(name, sizeof(name), "openreg-device-%d", dev.index);
@@ -198,6 +199,7 @@ void init_arena(Device& dev) {
     if (base == MAP_FAILED) return;
     a->base = a->kview = static_cast<char*>(base);
   }
+  // [docs:dual-mapping:end]
   a->free_by_off[0] = a->capacity;
   a->free_by_len.insert({a->capacity, 0});
   g_arenas[dev.index] = a.get();
@@ -313,7 +315,7 @@ orError_t orFree(void* devPtr) {
   }
   if (in_forked_child())
     return fail(orErrorInitializationError,
-                "orFree: the openreg runtime cannot be used in a forked child");
+                "orFree: " OPENREG_FORK_MESSAGE);
   Arena& a = arena(d);
   size_t off = size_t(static_cast<char*>(devPtr) - a.base);
   std::lock_guard<std::mutex> g(a.mu);

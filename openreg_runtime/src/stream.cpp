@@ -179,6 +179,7 @@ bool drain_markers(Stream* s) {
 void worker_loop(Device* dev) {
   std::unique_lock<std::mutex> lk(mu());
   for (;;) {
+    // [docs:scheduler-pick]
     Stream* best = nullptr;
     bool progressed = false;
     for (Stream* s : dev->streams) {
@@ -201,6 +202,7 @@ void worker_loop(Device* dev) {
       cv_work().wait(lk);
       continue;
     }
+    // [docs:scheduler-pick:end]
     Item it = std::move(best->queue.front());
     best->queue.pop_front();
     best->running = true;
@@ -248,7 +250,7 @@ Stream* resolve_stream(orStream_t handle, const char* call) {
   }
   if (in_forked_child()) {
     fail(orErrorInitializationError,
-         "%s: the openreg runtime cannot be used in a forked child", call);
+         "%s: " OPENREG_FORK_MESSAGE, call);
     return nullptr;
   }
   return s;
@@ -521,7 +523,7 @@ orError_t orEventCreateWithFlags(orEvent_t* event, unsigned int flags) {
     return fail(orErrorInvalidValue, "orEventCreateWithFlags: unknown flags 0x%x", flags);
   if (in_forked_child())
     return fail(orErrorInitializationError,
-                "orEventCreate: the openreg runtime cannot be used in a forked child");
+                "orEventCreate: " OPENREG_FORK_MESSAGE);
   auto* e = new orEvent_st();
   e->flags = flags;
   e->device = current_device_index();

@@ -134,6 +134,7 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
     }
   }
 
+  // [docs:fallback-run]
   launch_kernel(device, schema.name().c_str(), [&] {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   });
@@ -143,7 +144,24 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   for (size_t j = stack->size() - nret; j < stack->size(); ++j) {
     (*stack)[j] = unwrap_value(aliases, std::move((*stack)[j]));
   }
+  // [docs:fallback-run:end]
 }
+
+// Sparse, sparse-CSR and quantized openreg tensors are not supported: say so
+// clearly, naming the operator and the tensor kind, instead of the
+// dispatcher's generic "could not run ... with arguments from the
+// 'Sparseopenreg' backend".
+template <const char* Kind>
+void unsupported_layout(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                        torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "openreg does not support ", Kind,
+                              " tensors: the operator '", op.schema().operator_name(),
+                              "' has no ", Kind, " kernel for the openreg device. "
+                              "Use dense (strided) tensors, or run this part on the CPU.");
+}
+constexpr char kSparse[] = "sparse";
+constexpr char kSparseCsr[] = "sparse compressed (CSR/CSC/BSR/BSC)";
+constexpr char kQuantized[] = "quantized";
 
 }  // namespace
 
@@ -179,6 +197,16 @@ void register_structured_kernels() {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout<kSparse>>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout<kSparseCsr>>());
+}
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout<kQuantized>>());
 }
 
 // Autocast for openreg: without a fallthrough on AutocastPrivateUse1,

@@ -34,6 +34,15 @@ KernelViewAllocator& kernel_view_allocator() {
   return *a;
 }
 
+c10::DeleterFnPtr g_base_raw_deleter = nullptr;
+
+// raw_deallocate of the shim: kernel-view blocks go back to the device
+// allocator, anything else to the wrapped CPU allocator.
+void shim_raw_delete(void* p) {
+  if (p && freeKernelViewPointer(p)) return;
+  if (g_base_raw_deleter) g_base_raw_deleter(p);
+}
+
 // Wraps the process's CPU allocator. Outside kernels it forwards every call;
 // inside a KernelScope it serves CPU allocations from device memory.
 struct CPUAllocatorShim final : public c10::Allocator {
@@ -43,7 +52,9 @@ struct CPUAllocatorShim final : public c10::Allocator {
     if (d >= 0) return allocateKernelView(static_cast<c10::DeviceIndex>(d), n);
     return base_->allocate(n);
   }
-  c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return g_base_raw_deleter ? &shim_raw_delete : nullptr;
+  }
   void copy_data(void* dst, const void* src, size_t n) const override {
     base_->copy_data(dst, src, n);
   }
@@ -56,6 +67,7 @@ void install_cpu_allocator_shim() {
   static std::once_flag once;
   std::call_once(once, [] {
     c10::Allocator* base = c10::GetCPUAllocator();
+    g_base_raw_deleter = base->raw_deleter();
     static auto* shim = new CPUAllocatorShim(base);
     c10::SetCPUAllocator(shim, /*priority=*/UINT8_MAX);
   });
@@ -126,7 +138,7 @@ void AliasSet::finalize_storages() {
       // (KernelViewAllocator); give them to the openreg storage.
       c10::DataPtr fresh = a->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
       c10::DataPtr dev;
-      if (isKernelViewDataPtr(fresh)) {
+      if (isKernelViewDataPtr(fresh) && fresh.get()) {
         dev = rehomeKernelViewDataPtr(std::move(fresh));
       } else {
         TORCH_INTERNAL_ASSERT(fresh.get() == nullptr,

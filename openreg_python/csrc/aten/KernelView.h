@@ -95,6 +95,7 @@ class AliasSet {
 // Run `fn` as a kernel on `device`'s current stream: after the stream's
 // earlier work, on this thread, with CPU allocations routed to the device.
 // Exceptions thrown by `fn` propagate to the caller unchanged.
+// [docs:launch-kernel]
 template <class F>
 void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn) {
   struct Ctx {
@@ -121,6 +122,7 @@ void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn) {
   }
   OPENREG_CHECK(err);
 }
+// [docs:launch-kernel:end]
 
 // Make an openreg tensor with the given geometry over `storage`.
 at::Tensor make_openreg_tensor(c10::Storage storage, const caffe2::TypeMeta dtype,

@@ -204,6 +204,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     launch_kernel(dd, "copy_d2d", [&] { d.copy_(s); });
     return self;
   }
+  // [docs:copy-h2d]
   if (dst_dev) {  // host -> device
     auto dd = self.device().index();
     if (non_blocking && bytewise_copyable(self, src) && is_pinned_host(src)) {
@@ -218,6 +219,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     launch_kernel(dd, "copy_h2d", [&] { d.copy_(src); });
     return self;
   }
+  // [docs:copy-h2d:end]
   // device -> host
   auto sd = src.device().index();
   if (non_blocking && bytewise_copyable(self, src) && is_pinned_host(self)) {

@@ -451,17 +451,53 @@ struct Registrar {
 
 c10::DeviceAllocator* getDeviceAllocator() { return &allocator(); }
 
+// Kernel-view allocations (see the header). Their DataPtr has data ==
+// context == the kernel-view address, so that CPU code may also take them
+// through Allocator::raw_allocate/raw_deallocate (oneDNN does); the block is
+// found again through this map.
+namespace {
+std::mutex g_kv_mu;
+ska::flat_hash_map<void*, Block*>& kv_blocks() {
+  static auto* m = new ska::flat_hash_map<void*, Block*>();
+  return *m;
+}
+
+Block* take_kv_block(void* kv) {
+  std::lock_guard<std::mutex> g(g_kv_mu);
+  auto it = kv_blocks().find(kv);
+  if (it == kv_blocks().end()) return nullptr;
+  Block* b = it->second;
+  kv_blocks().erase(it);
+  return b;
+}
+
+void kv_deleter(void* kv) {
+  if (Block* b = take_kv_block(kv)) allocator().free_block_from_user(b);
+}
+}  // namespace
+
 c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes) {
   if (nbytes == 0) {
-    return {nullptr, nullptr, &deleter, c10::Device(c10::DeviceType::CPU)};
+    return {nullptr, nullptr, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
   }
   Block* b = allocator().malloc_block(device, nbytes);
-  return {b->ptr + kernel_view_offset(device), b, &deleter,
-          c10::Device(c10::DeviceType::CPU)};
+  void* kv = b->ptr + kernel_view_offset(device);
+  {
+    std::lock_guard<std::mutex> g(g_kv_mu);
+    kv_blocks()[kv] = b;
+  }
+  return {kv, kv, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
+}
+
+bool freeKernelViewPointer(void* kv) {
+  Block* b = take_kv_block(kv);
+  if (!b) return false;
+  allocator().free_block_from_user(b);
+  return true;
 }
 
 bool isKernelViewDataPtr(const c10::DataPtr& ptr) {
-  return ptr.get_deleter() == &deleter && ptr.device().type() == c10::DeviceType::CPU;
+  return ptr.get_deleter() == &kv_deleter;
 }
 
 bool isDeviceDataPtr(const c10::DataPtr& ptr) {
@@ -471,13 +507,16 @@ bool isDeviceDataPtr(const c10::DataPtr& ptr) {
 
 c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr) {
   TORCH_INTERNAL_ASSERT(isKernelViewDataPtr(ptr));
-  auto* block = static_cast<Block*>(ptr.get_context());
-  c10::DeviceIndex device = block ? block->device : current_device();
-  void* data = block ? static_cast<void*>(block->ptr) : nullptr;
-  // Move ownership of the block into the new DataPtr.
-  auto ctx = ptr.move_context();
-  return {data, ctx.release(), &deleter,
-          c10::Device(c10::DeviceType::PrivateUse1, device)};
+  void* kv = ptr.get();
+  Block* block = kv ? take_kv_block(kv) : nullptr;
+  TORCH_INTERNAL_ASSERT(!kv || block, "openreg: unknown kernel-view allocation");
+  ptr.release_context();  // ownership moves to the new DataPtr
+  if (!block) {
+    return {nullptr, nullptr, &deleter,
+            c10::Device(c10::DeviceType::PrivateUse1, current_device())};
+  }
+  return {block->ptr, block, &deleter,
+          c10::Device(c10::DeviceType::PrivateUse1, block->device)};
 }
 
 }  // namespace torch_openreg

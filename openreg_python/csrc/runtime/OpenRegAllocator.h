@@ -16,6 +16,9 @@ c10::DeviceAllocator* getDeviceAllocator();
 c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes);
 // True if `ptr` came from allocateKernelView (device CPU, our deleter).
 bool isKernelViewDataPtr(const c10::DataPtr& ptr);
+// Frees a kernel-view allocation by address (Allocator::raw_deallocate
+// path); false if `kv` is not one.
+bool freeKernelViewPointer(void* kv);
 // Converts a DataPtr made by allocateKernelView into the openreg DataPtr of
 // the same block, without copying.
 c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr);

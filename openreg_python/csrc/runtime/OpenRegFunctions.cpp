@@ -1,6 +1,7 @@
 #include "OpenRegFunctions.h"
 
 #include <array>
+#include <cstring>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -11,7 +12,10 @@ void throw_runtime_error(orError_t err, const char* call, const char* file,
                          int line) {
   orGetLastError();  // consume the runtime's sticky copy
   std::string detail = orGetLastErrorMessage();
-  std::string msg = std::string("openreg error in ") + call + ": " +
+  // Name the call when the check wraps one (not a variable holding a code);
+  // the runtime's own detail names the API function either way.
+  std::string where = std::strchr(call, '(') ? std::string(" in ") + call : "";
+  std::string msg = std::string("openreg error") + where + ": " +
                     orGetErrorName(err) + " (" + orGetErrorString(err) + ")";
   if (!detail.empty()) msg += ": " + detail;
   (void)file;

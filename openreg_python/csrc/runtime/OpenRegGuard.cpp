@@ -68,6 +68,7 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (event) orEventDestroy(static_cast<orEvent_t>(event));
   }
 
+  // [docs:guard-record]
   void record(void** event, const c10::Stream& stream,
               const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
@@ -90,6 +91,7 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     }
     OPENREG_CHECK(orEventRecord(or_event, nativeStream(stream)));
   }
+  // [docs:guard-record:end]
 
   void block(void* event, const c10::Stream& stream) const override {
     if (!event) return;

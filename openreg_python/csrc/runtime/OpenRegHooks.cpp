@@ -48,6 +48,7 @@ struct OpenRegHooks final : public at::PrivateUse1HooksInterface {
     return maybe_exchange_device(device);
   }
 
+  // [docs:hooks-generator]
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) const override {
     return getDefaultOpenRegGenerator(device_index);
   }
@@ -55,6 +56,7 @@ struct OpenRegHooks final : public at::PrivateUse1HooksInterface {
   at::Generator getNewGenerator(c10::DeviceIndex device_index) const override {
     return createOpenRegGenerator(device_index);
   }
+  // [docs:hooks-generator:end]
 
   at::Device getDeviceFromPtr(void* data) const override {
     orPointerAttributes attr{};

@@ -1,0 +1,146 @@
+"""Devices through torch.openreg and torch.accelerator."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import REPO, run_python
+
+
+@pytest.mark.device
+@pytest.mark.smoke
+class TestDeviceBasics:
+    def test_backend_is_registered(self):
+        assert torch._C._get_privateuse1_backend_name() == "openreg"
+        assert torch.openreg.is_available()
+        assert torch.openreg.device_count() == 2
+        assert torch.accelerator.current_accelerator() == torch.device("openreg")
+        assert torch.accelerator.device_count() == 2
+
+    def test_generated_methods(self):
+        t = torch.ones(3).openreg()
+        assert t.is_openreg and t.device == torch.device("openreg", 0)
+        m = torch.nn.Linear(2, 2).openreg()
+        assert next(m.parameters()).device.type == "openreg"
+        s = torch.UntypedStorage(4).openreg()
+        assert s.device.type == "openreg" and s.is_openreg
+
+    def test_set_device_and_current(self):
+        prev = torch.openreg.current_device()
+        try:
+            torch.openreg.set_device(1)
+            assert torch.openreg.current_device() == 1
+            assert torch.empty(1, device="openreg").device.index == 1
+            torch.openreg.set_device(-1)  # ignored, as in torch.cuda
+            assert torch.openreg.current_device() == 1
+        finally:
+            torch.openreg.set_device(prev)
+
+    def test_device_context_manager_restores(self):
+        assert torch.openreg.current_device() == 0
+        with torch.openreg.device(1):
+            assert torch.openreg.current_device() == 1
+            with torch.openreg.device("openreg:0"):
+                assert torch.openreg.current_device() == 0
+            assert torch.openreg.current_device() == 1
+        assert torch.openreg.current_device() == 0
+
+    def test_device_of(self):
+        t = torch.ones(1, device="openreg:1")
+        with torch.openreg.device_of(t):
+            assert torch.openreg.current_device() == 1
+        assert torch.openreg.current_device() == 0
+
+    def test_accelerator_device_index(self):
+        with torch.accelerator.device_index(1):
+            assert torch.accelerator.current_device_index() == 1
+        assert torch.accelerator.current_device_index() == 0
+
+    def test_properties(self):
+        p = torch.openreg.get_device_properties(1)
+        assert p.name == "OpenReg Simulated Device 1"
+        assert p.total_memory == 4 << 30
+        assert p.multi_processor_count >= 1
+        assert p.strict_memory is True
+        assert torch.openreg.get_device_name(0) == "OpenReg Simulated Device 0"
+        assert torch.openreg.get_device_capability() == (p.major, p.minor)
+        assert "OpenReg Simulated Device 1" in repr(p)
+
+    def test_initialized(self):
+        torch.empty(1, device="openreg")
+        assert torch.openreg.is_initialized()
+
+    def test_synchronize_all_forms(self):
+        torch.openreg.synchronize()
+        torch.openreg.synchronize(1)
+        torch.openreg.synchronize("openreg:1")
+        torch.accelerator.synchronize()
+
+
+@pytest.mark.device
+@pytest.mark.smoke
+class TestInvalidDevices:
+    @pytest.mark.parametrize("index", [2, 7, 100])
+    def test_set_device_out_of_range(self, index):
+        with pytest.raises(RuntimeError, match=f"Invalid openreg device index {index}: 2 openreg"):
+            torch.openreg.set_device(index)
+        assert torch.openreg.current_device() == 0
+
+    def test_tensor_on_missing_device(self):
+        with pytest.raises(RuntimeError, match="Invalid openreg device index 5"):
+            torch.empty(3, device="openreg:5")
+
+    def test_device_context_out_of_range(self):
+        with pytest.raises(RuntimeError, match="Invalid openreg device index 3"):
+            with torch.openreg.device(3):
+                pass
+        assert torch.openreg.current_device() == 0
+
+    def test_wrong_device_type(self):
+        with pytest.raises(ValueError, match="Expected an openreg device, but got: cpu"):
+            torch.openreg.get_device_properties("cpu")
+
+    def test_mixing_devices_in_one_op(self):
+        a = torch.ones(2, device="openreg:0")
+        b = torch.ones(2, device="openreg:1")
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            torch.atan2(a, b)
+
+    def test_process_keeps_working(self):
+        with pytest.raises(RuntimeError):
+            torch.empty(3, device="openreg:9")
+        assert torch.ones(3, device="openreg").sum().item() == 3
+
+
+@pytest.mark.device
+class TestConfiguration:
+    def test_device_count_from_environment(self):
+        r = run_python("import torch; print(torch.openreg.device_count(), torch.openreg.get_device_properties(2).total_memory)",
+                       env={"OPENREG_DEVICE_COUNT": "3", "OPENREG_DEVICE_MEMORY": "256M"})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["3", str(256 << 20)]
+
+    def test_invalid_memory_size_is_reported(self):
+        r = run_python("import torch; torch.ones(1, device='openreg')",
+                       env={"OPENREG_DEVICE_MEMORY": "lots"})
+        assert r.returncode == 1
+        assert "OPENREG_DEVICE_MEMORY='lots' is invalid" in r.stderr
+
+    def test_zero_devices(self):
+        r = run_python("import torch; print(torch.openreg.is_available(), torch.openreg.device_count())",
+                       env={"OPENREG_DEVICE_COUNT": "0"})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["False", "0"]
+
+
+@pytest.mark.device
+class TestSmi:
+    def test_python_m_torch_openreg(self):
+        r = subprocess.run([sys.executable, "-m", "torch_openreg"], capture_output=True, text=True,
+                           timeout=120, cwd=REPO)
+        assert r.returncode == 0, r.stderr
+        assert "OpenReg Simulated Device 0" in r.stdout
+        assert "OpenReg Simulated Device 1" in r.stdout
+        assert "/ 4096MiB" in r.stdout

@@ -1,0 +1,218 @@
+"""The caching allocator, pinned memory and strict device memory."""
+
+import gc
+
+import pytest
+import torch
+
+from tests.conftest import run_python
+
+MB = 1 << 20
+
+
+def fresh():
+    gc.collect()
+    torch.openreg.synchronize()
+    torch.openreg.empty_cache()
+    torch.openreg.reset_peak_memory_stats()
+
+
+@pytest.mark.device
+@pytest.mark.smoke
+class TestAllocationStats:
+    def test_allocated_tracks_tensors(self):
+        fresh()
+        base = torch.openreg.memory_allocated()
+        a = torch.empty(1000, dtype=torch.float32, device="openreg")  # 4000 B -> 4096 B block
+        assert torch.openreg.memory_allocated() == base + 4096
+        b = torch.empty(3 * MB, dtype=torch.uint8, device="openreg")  # large pool
+        assert torch.openreg.memory_allocated() == base + 4096 + 3 * MB
+        stats = torch.openreg.memory_stats()
+        assert stats["allocated_bytes.small_pool.current"] >= 4096
+        assert stats["allocated_bytes.large_pool.current"] >= 3 * MB
+        assert stats["allocation.all.current"] >= 2
+        del a, b
+        assert torch.openreg.memory_allocated() == base
+
+    def test_peak_and_reset(self):
+        fresh()
+        base = torch.openreg.memory_allocated()
+        x = torch.empty(8 * MB, dtype=torch.uint8, device="openreg")
+        del x
+        assert torch.openreg.max_memory_allocated() >= base + 8 * MB
+        torch.openreg.reset_peak_memory_stats()
+        assert torch.openreg.max_memory_allocated() == torch.openreg.memory_allocated()
+
+    def test_reserved_includes_cache_and_empty_cache_releases(self):
+        fresh()
+        reserved0 = torch.openreg.memory_reserved()
+        x = torch.empty(30 * MB, dtype=torch.uint8, device="openreg")
+        assert torch.openreg.memory_reserved() >= reserved0 + 30 * MB
+        del x
+        assert torch.openreg.memory_reserved() >= reserved0 + 30 * MB  # cached
+        torch.openreg.empty_cache()
+        assert torch.openreg.memory_reserved() == reserved0
+
+    def test_free_block_is_reused(self):
+        fresh()
+        x = torch.empty(2048, device="openreg")
+        ptr = x.data_ptr()
+        del x
+        y = torch.empty(2048, device="openreg")
+        assert y.data_ptr() == ptr
+        segments = torch.openreg.memory_stats()["segment.all.current"]
+        z = torch.empty(16, device="openreg")  # split from the same 2 MiB segment
+        assert torch.openreg.memory_stats()["segment.all.current"] == segments
+        assert z.data_ptr() != y.data_ptr()
+
+    def test_accelerator_api_agrees(self):
+        fresh()
+        x = torch.ones(1234, device="openreg:1")
+        assert torch.accelerator.memory_allocated(1) == torch.openreg.memory_allocated(1)
+        assert torch.accelerator.memory_reserved(1) == torch.openreg.memory_reserved(1)
+        assert torch.accelerator.max_memory_allocated(1) >= x.nbytes
+        free, total = torch.accelerator.get_memory_info(1)
+        assert (free, total) == torch.openreg.mem_get_info(1)
+        assert total == 4 << 30 and free <= total - torch.openreg.memory_reserved(1)
+
+    def test_devices_are_accounted_separately(self):
+        fresh()
+        before0 = torch.openreg.memory_allocated(0)
+        x = torch.empty(MB, dtype=torch.uint8, device="openreg:1")
+        assert torch.openreg.memory_allocated(0) == before0
+        assert torch.openreg.memory_allocated(1) >= MB
+        del x
+
+    def test_kernel_outputs_are_device_memory(self):
+        fresh()
+        a = torch.randn(1000, device="openreg")
+        before = torch.openreg.memory_allocated()
+        b = a * 2  # produced by a CPU kernel running on device memory
+        assert b.device.type == "openreg"
+        assert torch.openreg.memory_allocated() == before + 4096
+        attrs_device = torch.openreg._C._get_device_properties(0)
+        assert attrs_device["name"]
+
+
+@pytest.mark.device
+class TestOutOfMemory:
+    def test_oom_raises_and_process_recovers(self):
+        fresh()
+        keep = torch.ones(10, device="openreg")
+        with pytest.raises(torch.OutOfMemoryError) as info:
+            torch.empty(5 << 30, dtype=torch.uint8, device="openreg")
+        msg = str(info.value)
+        assert "openreg out of memory. Tried to allocate 5.00 GiB" in msg
+        assert "total capacity of 4.00 GiB" in msg
+        assert "is allocated by PyTorch" in msg and "reserved by PyTorch but unallocated" in msg
+        assert torch.openreg.memory_stats()["num_ooms"] >= 1
+        # Nothing was corrupted, and allocation still works.
+        assert keep.sum().item() == 10
+        assert torch.ones(1000, device="openreg").sum().item() == 1000
+
+    def test_oom_flushes_cache_before_failing(self):
+        code = """
+import torch
+MB = 1 << 20
+xs = [torch.empty(20 * MB, dtype=torch.uint8, device='openreg') for _ in range(3)]
+del xs  # 60 MiB cached, 4 MiB left
+y = torch.empty(50 * MB, dtype=torch.uint8, device='openreg')  # fits only after a flush
+s = torch.openreg.memory_stats()
+print(s['num_alloc_retries'], s['num_ooms'])
+try:
+    torch.empty(100 * MB, dtype=torch.uint8, device='openreg')
+except torch.OutOfMemoryError as e:
+    print('OOM', 'Tried to allocate 100.00 MiB' in str(e))
+print(torch.ones(3, device='openreg').sum().item())
+"""
+        r = run_python(code, env={"OPENREG_DEVICE_MEMORY": "64M"})
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.split("\n")
+        assert lines[0] == "1 0"
+        assert lines[1] == "OOM True"
+        assert lines[2] == "3.0"
+
+    def test_oom_in_kernel_output(self):
+        code = """
+import torch
+a = torch.ones(6 << 20, dtype=torch.uint8, device='openreg')  # 6 MiB of 8
+try:
+    b = torch.cat([a, a])  # the kernel's output does not fit
+except torch.OutOfMemoryError as e:
+    print('OOM')
+print(a[-100:].sum().item())
+"""
+        r = run_python(code, env={"OPENREG_DEVICE_MEMORY": "8M"})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["OOM", "100"]
+
+
+@pytest.mark.device
+class TestRecordStream:
+    def test_block_not_reused_until_other_stream_done(self):
+        fresh()
+        s = torch.openreg.Stream()
+        x = torch.empty(4096, device="openreg")
+        ptr = x.data_ptr()
+        with torch.openreg.stream(s):
+            torch.openreg._sleep(100_000)  # s is busy for 100 ms
+        x.record_stream(s)
+        del x
+        y = torch.empty(4096, device="openreg")
+        assert y.data_ptr() != ptr  # still in use by s
+        s.synchronize()
+        del y
+        z = torch.empty(4096, device="openreg")
+        w = torch.empty(4096, device="openreg")
+        assert ptr in (z.data_ptr(), w.data_ptr())
+
+
+@pytest.mark.device
+@pytest.mark.smoke
+class TestPinnedMemory:
+    def test_pin_memory(self):
+        t = torch.randn(100)
+        assert not t.is_pinned()
+        p = t.pin_memory()
+        assert p.is_pinned() and torch.equal(p, t)
+        assert torch.empty(10, pin_memory=True).is_pinned()
+
+    def test_empty_host_cache(self):
+        p = torch.empty(1 << 16, pin_memory=True)
+        del p
+        torch.accelerator.empty_host_cache()
+        assert torch.empty(10, pin_memory=True).is_pinned()
+
+    def test_device_tensor_cannot_be_pinned(self):
+        with pytest.raises(RuntimeError, match="Only dense CPU tensors can be pinned"):
+            torch.empty(3, device="openreg", pin_memory=True)
+
+
+STRICT_READ = """
+import ctypes, torch
+t = torch.full((4,), 7.0, device='openreg')
+print(hex(t.data_ptr()), flush=True)
+print(ctypes.c_float.from_address(t.data_ptr()).value, flush=True)
+"""
+
+
+@pytest.mark.device
+class TestStrictMemory:
+    def test_host_read_of_device_pointer_faults_with_diagnostic(self):
+        r = run_python(STRICT_READ)
+        assert r.returncode == -11, (r.returncode, r.stderr)
+        addr = int(r.stdout.split()[0], 16)
+        assert "illegal host access to device memory at address" in r.stderr
+        assert f"{addr:#018x}" in r.stderr
+        assert "device openreg:0" in r.stderr
+
+    def test_read_succeeds_with_strict_mode_off(self):
+        r = run_python(STRICT_READ, env={"OPENREG_STRICT_MEMORY": "0"})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split()[1] == "7.0"
+
+    def test_properties_report_mode(self):
+        r = run_python("import torch; print(torch.openreg.get_device_properties().strict_memory)",
+                       env={"OPENREG_STRICT_MEMORY": "0"})
+        assert r.stdout.strip() == "False"
+        assert torch.openreg.get_device_properties().strict_memory
