@@ -170,8 +170,11 @@ void register_structured_kernels() {
   // CompositeExplicitAutogradNonFunctional kernel, which allocates the result
   // itself and calls the out= variant. Besides the extra dispatch, some meta
   // functions (mse_loss, smooth_l1_loss, ...) then resize that result twice
-  // and warn about it. Route every such operator that has a CPU kernel
-  // straight to the fallback, which runs the CPU's own functional kernel.
+  // and warn about it. A few other operators have both a CPU kernel and a
+  // slower, numerically different CompositeExplicitAutograd decomposition
+  // (native_layer_norm, native_group_norm, addr, _stack, ...). Route every
+  // such operator that has a CPU kernel straight to the fallback, which runs
+  // the CPU's own kernel: same speed and same results as the CPU.
   static std::once_flag once;
   std::call_once(once, [] {
     static auto* lib = new torch::Library(torch::Library::IMPL, "aten",
@@ -182,8 +185,10 @@ void register_structured_kernels() {
       if (name.name.rfind("aten::", 0) != 0) continue;
       auto op = dispatcher.findOp(name);
       if (!op) continue;
-      if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-          !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+      const bool composite =
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+      if (!composite || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
         continue;
       }

@@ -1,0 +1,178 @@
+"""Eager-mode speed of openreg relative to the CPU, measured side by side.
+
+    python benchmarks/eager.py              # both strict-memory modes (one subprocess each)
+    python benchmarks/eager.py --strict 1   # one mode, in this process
+
+For every case the same work runs on the CPU and on openreg, interleaved, several
+times; the figure reported is median(openreg time) / median(cpu time) from this one
+run. Device memory is host memory, so the ratio isolates the cost of the backend
+machinery (dispatch, aliasing, stream ordering, allocation), not of the arithmetic.
+The machines are noisy: read ratios, not absolute times.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+TARGETS = {  # (strict on, strict off) targets from the issue
+    "tiny": (3.0, 2.0),
+    "large": (1.15, 1.05),
+}
+
+
+def bench(fn, sync, inner: int, repeats: int) -> float:
+    """Median seconds per call of fn over `repeats` timed loops of `inner` calls."""
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / inner)
+    return statistics.median(times)
+
+
+def cases(torch):
+    import torch.nn as nn
+
+    def elementwise(n):
+        def make(dev):
+            a = torch.randn(n, device=dev)
+            b = torch.randn(n, device=dev)
+            return lambda: a + b
+        return make
+
+    def mm(dev):
+        a = torch.randn(512, 512, device=dev)
+        b = torch.randn(512, 512, device=dev)
+        return lambda: a @ b
+
+    class Block(nn.Module):  # ResNet basic block
+        def __init__(self, c):
+            super().__init__()
+            self.c1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.b1 = nn.BatchNorm2d(c)
+            self.c2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+            self.b2 = nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            y = torch.relu(self.b1(self.c1(x)))
+            return torch.relu(self.b2(self.c2(y)) + x)
+
+    def conv_block(dev):
+        torch.manual_seed(0)
+        m = Block(64).to(dev).eval()
+        x = torch.randn(8, 64, 32, 32, device=dev)
+
+        def run():
+            with torch.no_grad():
+                return m(x)
+        return run
+
+    def softmax(dev):
+        x = torch.randn(256, 4096, device=dev)
+        return lambda: torch.softmax(x, -1)
+
+    def layer_norm(dev):
+        x = torch.randn(256, 4096, device=dev)
+        w = torch.ones(4096, device=dev)
+        b = torch.zeros(4096, device=dev)
+        return lambda: torch.nn.functional.layer_norm(x, (4096,), w, b)
+
+    def transformer_step(dev):
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.1, batch_first=True)
+        model = nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                              nn.Linear(256, 256)).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randn(8, 64, 256, device=dev)
+        y = torch.randn(8, 64, 256, device=dev)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+        return step
+
+    # name, kind, factory, inner iterations, repeats
+    return [
+        ("add, 1 element (latency)", "tiny", elementwise(1), 2000, 9),
+        ("add, 1K elements (latency)", "tiny", elementwise(1024), 2000, 9),
+        ("add, 4M elements", "large", elementwise(4 << 20), 20, 7),
+        ("mm 512x512", "large", mm, 20, 7),
+        ("conv2d ResNet block 8x64x32x32", "large", conv_block, 5, 7),
+        ("softmax 256x4096", "large", softmax, 20, 7),
+        ("layer_norm 256x4096", "large", layer_norm, 20, 7),
+        ("transformer train step (2 layers, d=256)", "large", transformer_step, 3, 7),
+    ]
+
+
+def run_mode(strict: str) -> list:
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
+    dev_sync = torch.openreg.synchronize
+    results = []
+    for name, kind, factory, inner, repeats in cases(torch):
+        cpu_fn, dev_fn = factory("cpu"), factory("openreg")
+        cpu_t, dev_t = [], []
+        for _ in range(3):  # interleave to share the machine's noise
+            cpu_t.append(bench(cpu_fn, lambda: None, inner, repeats))
+            dev_t.append(bench(dev_fn, dev_sync, inner, repeats))
+        c, d = statistics.median(cpu_t), statistics.median(dev_t)
+        results.append((name, kind, c, d))
+    return results
+
+
+def report(strict: str, results: list) -> bool:
+    target_index = 0 if strict == "1" else 1
+    print(f"\nstrict memory {'ON' if strict == '1' else 'OFF'}")
+    print(f"  {'case':<44}{'cpu':>11}{'openreg':>11}{'ratio':>8}{'target':>8}")
+    ok_all = True
+    for name, kind, c, d in results:
+        ratio = d / c
+        target = TARGETS[kind][target_index]
+        ok = ratio <= target
+        ok_all &= ok
+        unit = lambda s: f"{s * 1e6:.1f}us" if s < 1e-3 else f"{s * 1e3:.2f}ms"  # noqa: E731
+        print(f"  {name:<44}{unit(c):>11}{unit(d):>11}{ratio:>8.2f}{'<=' + str(target):>8}"
+              f"{'' if ok else '  MISSED'}")
+    return ok_all
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--strict", choices=["0", "1"], help="run one mode in this process")
+    p.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.strict:
+        if os.environ.get("OPENREG_STRICT_MEMORY", "1") != args.strict:
+            print("set OPENREG_STRICT_MEMORY to match --strict (or run without --strict)", file=sys.stderr)
+            return 2
+        results = run_mode(args.strict)
+        if args.raw:
+            for r in results:
+                print("RESULT", repr(r))
+            return 0
+        report(args.strict, results)
+        return 0
+    import torch  # noqa: F401  (only for the version line)
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; ratios are openreg/cpu, medians")
+    for strict in ("1", "0"):
+        env = dict(os.environ, OPENREG_STRICT_MEMORY=strict)
+        out = subprocess.run([sys.executable, __file__, "--strict", strict, "--raw"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        results = [eval(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
+        report(strict, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

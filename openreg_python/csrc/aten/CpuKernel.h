@@ -1,0 +1,278 @@
+// Unboxed openreg kernels generated from ATen's CPU entry points.
+//
+// `CpuKernel<&at::cpu::add, name>::call` has exactly the signature of
+// at::cpu::add, so it can be registered for PrivateUse1 under the matching
+// schema. It finds the device, wraps openreg arguments as CPU aliases
+// (KernelView.h), calls the CPU function directly (no second dispatch) as a
+// kernel on the device's current stream, and unwraps the results: the same
+// zero-copy scheme as the boxed fallback, minus boxing and schema walking.
+// This is how the hot operators (elementwise, reductions, matmul, softmax,
+// norms, indexing, cat, ...) are registered, through their CPU out-variants
+// and structured kernels (the at::cpu:: namespace).
+#pragma once
+
+#include "KernelView.h"
+
+#include <ATen/core/List.h>
+#include <ATen/core/IListRef.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace torch_openreg {
+namespace cpu_kernel {
+
+inline bool on_device(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+// ---- argument conversion: openreg -> CPU alias ------------------------------
+template <class A>
+struct Conv {  // scalars, sizes, flags, ...: passed through
+  using Held = std::decay_t<A>;
+  static Held in(AliasSet&, A v) { return v; }
+  static A pass(Held& h) { return h; }
+  static void find_device(const Held&, c10::DeviceIndex*) {}
+  static void write_back(AliasSet&, A, Held&) {}
+};
+
+template <>
+struct Conv<const at::Tensor&> {
+  using Held = at::Tensor;
+  static Held in(AliasSet& s, const at::Tensor& t) { return s.alias(t); }
+  static const at::Tensor& pass(Held& h) { return h; }
+  static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
+    if (*d < 0 && on_device(t)) *d = t.device().index();
+  }
+  static void write_back(AliasSet&, const at::Tensor&, Held&) {}
+};
+
+template <>
+struct Conv<at::Tensor&> {  // mutated (in-place self, out=)
+  using Held = at::Tensor;
+  static Held in(AliasSet& s, at::Tensor& t) { return s.alias(t); }
+  static at::Tensor& pass(Held& h) { return h; }
+  static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
+    if (*d < 0 && on_device(t)) *d = t.device().index();
+  }
+  static void write_back(AliasSet& s, at::Tensor& t, Held& h) {
+    if (on_device(t)) s.sync_back(t, h);
+  }
+};
+
+template <>
+struct Conv<const std::optional<at::Tensor>&> {
+  using Held = std::optional<at::Tensor>;
+  static Held in(AliasSet& s, const std::optional<at::Tensor>& t) {
+    if (!t) return std::nullopt;
+    return s.alias(*t);
+  }
+  static const std::optional<at::Tensor>& pass(Held& h) { return h; }
+  static void find_device(const std::optional<at::Tensor>& t, c10::DeviceIndex* d) {
+    if (t) Conv<const at::Tensor&>::find_device(*t, d);
+  }
+  static void write_back(AliasSet&, const std::optional<at::Tensor>&, Held&) {}
+};
+
+template <>
+struct Conv<at::TensorList> {
+  using Held = std::vector<at::Tensor>;
+  static Held in(AliasSet& s, at::TensorList ts) {
+    Held out;
+    out.reserve(ts.size());
+    for (const auto& t : ts) out.push_back(s.alias(t));
+    return out;
+  }
+  static at::TensorList pass(Held& h) { return h; }
+  static void find_device(at::TensorList ts, c10::DeviceIndex* d) {
+    for (const auto& t : ts) Conv<const at::Tensor&>::find_device(t, d);
+  }
+  static void write_back(AliasSet&, at::TensorList, Held&) {}
+};
+
+template <>
+struct Conv<const at::ITensorListRef&> {
+  struct Held {
+    std::vector<at::Tensor> tensors;
+    at::ITensorListRef ref;
+  };
+  static Held in(AliasSet& s, const at::ITensorListRef& ts) {
+    Held out;
+    for (const at::Tensor& t : ts) out.tensors.push_back(s.alias(t));
+    out.ref = at::ITensorListRef(at::ArrayRef<at::Tensor>(out.tensors));
+    return out;
+  }
+  static const at::ITensorListRef& pass(Held& h) { return h.ref; }
+  static void find_device(const at::ITensorListRef& ts, c10::DeviceIndex* d) {
+    for (const at::Tensor& t : ts) Conv<const at::Tensor&>::find_device(t, d);
+  }
+  static void write_back(AliasSet&, const at::ITensorListRef&, Held&) {}
+};
+
+template <>
+struct Conv<const c10::List<std::optional<at::Tensor>>&> {
+  using Held = c10::List<std::optional<at::Tensor>>;
+  static Held in(AliasSet& s, const c10::List<std::optional<at::Tensor>>& ts) {
+    Held out;
+    out.reserve(ts.size());
+    for (const std::optional<at::Tensor>& t : ts) {
+      out.push_back(t ? std::optional<at::Tensor>(s.alias(*t)) : std::nullopt);
+    }
+    return out;
+  }
+  static const c10::List<std::optional<at::Tensor>>& pass(Held& h) { return h; }
+  static void find_device(const c10::List<std::optional<at::Tensor>>& ts, c10::DeviceIndex* d) {
+    for (const std::optional<at::Tensor>& t : ts) {
+      if (t) Conv<const at::Tensor&>::find_device(*t, d);
+    }
+  }
+  static void write_back(AliasSet&, const c10::List<std::optional<at::Tensor>>&, Held&) {}
+};
+
+// ---- result conversion: CPU -> openreg --------------------------------------
+template <class R>
+struct Ret {  // non-tensor results
+  template <class... A>
+  static R out(AliasSet&, R r, A&...) { return r; }
+};
+
+template <>
+struct Ret<at::Tensor> {
+  template <class... A>
+  static at::Tensor out(AliasSet& s, const at::Tensor& r, A&...) { return s.unwrap(r); }
+};
+
+// A mutated argument returned by reference: return the caller's tensor.
+template <class T>
+T* pick_arg(c10::TensorImpl* impl, T&) {
+  return nullptr;
+}
+inline at::Tensor* pick_arg(c10::TensorImpl* impl, at::Tensor& t) {
+  return t.unsafeGetTensorImpl() == impl ? &t : nullptr;
+}
+inline const at::Tensor* pick_arg(c10::TensorImpl* impl, const at::Tensor& t) {
+  return t.unsafeGetTensorImpl() == impl ? &t : nullptr;
+}
+
+template <class Ref, class... A>
+Ref find_ref(AliasSet& s, const at::Tensor& r, A&... args) {
+  at::Tensor original = s.unwrap(r);
+  c10::TensorImpl* impl = original.unsafeGetTensorImpl();
+  std::remove_reference_t<Ref>* found = nullptr;
+  auto try_one = [&](auto& a) {
+    if (!found) {
+      auto* p = pick_arg(impl, a);
+      if constexpr (std::is_convertible_v<decltype(p), std::remove_reference_t<Ref>*>) {
+        found = p;
+      }
+    }
+  };
+  (try_one(args), ...);
+  TORCH_INTERNAL_ASSERT(found, "openreg: a CPU kernel returned a tensor that is not one of its arguments");
+  return *found;
+}
+
+template <>
+struct Ret<at::Tensor&> {
+  template <class... A>
+  static at::Tensor& out(AliasSet& s, at::Tensor& r, A&... args) {
+    return find_ref<at::Tensor&>(s, r, args...);
+  }
+};
+
+template <>
+struct Ret<const at::Tensor&> {
+  template <class... A>
+  static const at::Tensor& out(AliasSet& s, const at::Tensor& r, A&... args) {
+    return find_ref<const at::Tensor&>(s, r, args...);
+  }
+};
+
+template <>
+struct Ret<std::vector<at::Tensor>> {
+  template <class... A>
+  static std::vector<at::Tensor> out(AliasSet& s, const std::vector<at::Tensor>& r, A&...) {
+    std::vector<at::Tensor> v;
+    v.reserve(r.size());
+    for (const auto& t : r) v.push_back(s.unwrap(t));
+    return v;
+  }
+};
+
+template <class... T>
+struct Ret<std::tuple<T...>> {
+  template <class... A>
+  static std::tuple<T...> out(AliasSet& s, std::tuple<T...>& r, A&... args) {
+    return std::apply(
+        [&](auto&... e) { return std::tuple<T...>(Ret<T>::out(s, e, args...)...); }, r);
+  }
+};
+
+// Holds a kernel's result across the launch (references are re-seated).
+template <class R>
+struct Slot {
+  std::optional<R> v;
+  void set(R&& r) { v.emplace(std::move(r)); }
+  R& get() { return *v; }
+};
+template <class R>
+struct Slot<R&> {
+  R* v = nullptr;
+  void set(R& r) { v = &r; }
+  R& get() { return *v; }
+};
+template <class... T>
+struct Slot<std::tuple<T...>> {
+  std::optional<std::tuple<T...>> v;
+  void set(std::tuple<T...>&& r) { v.emplace(std::move(r)); }
+  std::tuple<T...>& get() { return *v; }
+};
+
+}  // namespace cpu_kernel
+
+template <auto Fn, const char* Name>
+struct CpuKernel;
+
+template <class R, class... A, R (*Fn)(A...), const char* Name>
+struct CpuKernel<Fn, Name> {
+  static R call(A... args) {
+    using namespace cpu_kernel;
+    c10::DeviceIndex device = -1;
+    (Conv<A>::find_device(args, &device), ...);
+    if (device < 0) device = current_device();
+    AliasSet set(device);
+    std::tuple<typename Conv<A>::Held...> held{Conv<A>::in(set, args)...};
+    if constexpr (std::is_void_v<R>) {
+      launch_kernel(device, Name, [&] {
+        std::apply([](auto&... h) { Fn(Conv<A>::pass(h)...); }, held);
+      });
+      write_back_all(set, held, std::index_sequence_for<A...>{}, args...);
+    } else {
+      Slot<R> result;
+      launch_kernel(device, Name, [&] {
+        std::apply([&](auto&... h) { result.set(Fn(Conv<A>::pass(h)...)); }, held);
+      });
+      write_back_all(set, held, std::index_sequence_for<A...>{}, args...);
+      return Ret<R>::out(set, result.get(), args...);
+    }
+  }
+
+ private:
+  template <class Held, size_t... I>
+  static void write_back_all(AliasSet& set, Held& held, std::index_sequence<I...>,
+                             A&... args) {
+    (cpu_kernel::Conv<A>::write_back(set, args, std::get<I>(held)), ...);
+  }
+};
+
+}  // namespace torch_openreg
+
+// Register at::cpu::FN for PrivateUse1 under SCHEMA (an "aten::" overload
+// name without the namespace, e.g. "add.out").
+#define OPENREG_CPU_KERNEL(m, SCHEMA, FN)                                  \
+  do {                                                                     \
+    static constexpr char openreg_kernel_name[] = SCHEMA;                  \
+    m.impl(SCHEMA, TORCH_FN((::torch_openreg::CpuKernel<FN, openreg_kernel_name>::call))); \
+  } while (0)

@@ -1,0 +1,112 @@
+// The hot operators, registered natively through ATen's CPU structured
+// kernels and out-variants (the at::cpu:: entry points), unboxed: see
+// CpuKernel.h. Everything not listed here still runs zero-copy through the
+// boxed fallback; listing an op here only removes boxing overhead, it does
+// not change results.
+//
+// Vendor: this is where a backend registers its own kernels. The list below
+// is the set worth optimising first for typical training workloads.
+#include "CpuKernel.h"
+
+#include <ATen/CPUFunctions.h>
+#include <torch/library.h>
+
+// An at::cpu function whose name is overloaded needs its signature spelled out.
+#define OPENREG_CPU_KERNEL_SIG(m, SCHEMA, FN, ...)                          \
+  do {                                                                      \
+    static constexpr std::type_identity_t<__VA_ARGS__> openreg_fn = &FN;    \
+    static constexpr char openreg_kernel_name[] = SCHEMA;                   \
+    m.impl(SCHEMA, TORCH_FN((::torch_openreg::CpuKernel<openreg_fn, openreg_kernel_name>::call))); \
+  } while (0)
+
+namespace torch_openreg {
+namespace {
+using T = at::Tensor;
+using CT = const at::Tensor&;
+using S = const c10::Scalar&;
+}  // namespace
+
+// [docs:native-registrations]
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // Elementwise (TensorIterator) -------------------------------------------
+  OPENREG_CPU_KERNEL(m, "add.Tensor", at::cpu::add);
+  OPENREG_CPU_KERNEL(m, "add_.Tensor", at::cpu::add_);
+  OPENREG_CPU_KERNEL(m, "add.out", at::cpu::add_outf);
+  OPENREG_CPU_KERNEL(m, "sub.Tensor", at::cpu::sub);
+  OPENREG_CPU_KERNEL(m, "sub_.Tensor", at::cpu::sub_);
+  OPENREG_CPU_KERNEL(m, "sub.out", at::cpu::sub_outf);
+  OPENREG_CPU_KERNEL(m, "mul.Tensor", at::cpu::mul);
+  OPENREG_CPU_KERNEL(m, "mul_.Tensor", at::cpu::mul_);
+  OPENREG_CPU_KERNEL(m, "mul.out", at::cpu::mul_outf);
+  OPENREG_CPU_KERNEL_SIG(m, "div.Tensor", at::cpu::div, T (*)(CT, CT));
+  OPENREG_CPU_KERNEL_SIG(m, "div_.Tensor", at::cpu::div_, T& (*)(T&, CT));
+  OPENREG_CPU_KERNEL_SIG(m, "div.out", at::cpu::div_outf, T& (*)(CT, CT, T&));
+  OPENREG_CPU_KERNEL(m, "neg", at::cpu::neg);
+  OPENREG_CPU_KERNEL(m, "exp", at::cpu::exp);
+  OPENREG_CPU_KERNEL(m, "log", at::cpu::log);
+  OPENREG_CPU_KERNEL(m, "sqrt", at::cpu::sqrt);
+  OPENREG_CPU_KERNEL(m, "rsqrt", at::cpu::rsqrt);
+  OPENREG_CPU_KERNEL(m, "tanh", at::cpu::tanh);
+  OPENREG_CPU_KERNEL(m, "sigmoid", at::cpu::sigmoid);
+  OPENREG_CPU_KERNEL(m, "relu", at::cpu::relu);
+  OPENREG_CPU_KERNEL(m, "relu_", at::cpu::relu_);
+  OPENREG_CPU_KERNEL(m, "gelu", at::cpu::gelu);
+  OPENREG_CPU_KERNEL(m, "gelu_backward", at::cpu::gelu_backward);
+  OPENREG_CPU_KERNEL(m, "silu", at::cpu::silu);
+  OPENREG_CPU_KERNEL(m, "silu_backward", at::cpu::silu_backward);
+  OPENREG_CPU_KERNEL(m, "threshold_backward", at::cpu::threshold_backward);
+  OPENREG_CPU_KERNEL(m, "tanh_backward", at::cpu::tanh_backward);
+  OPENREG_CPU_KERNEL(m, "sigmoid_backward", at::cpu::sigmoid_backward);
+  OPENREG_CPU_KERNEL(m, "where.self", at::cpu::where);
+  OPENREG_CPU_KERNEL_SIG(m, "pow.Tensor_Scalar", at::cpu::pow, T (*)(CT, S));
+  OPENREG_CPU_KERNEL(m, "maximum", at::cpu::maximum);
+  OPENREG_CPU_KERNEL(m, "minimum", at::cpu::minimum);
+  OPENREG_CPU_KERNEL_SIG(m, "fill_.Scalar", at::cpu::fill_, T& (*)(T&, S));
+  OPENREG_CPU_KERNEL(m, "zero_", at::cpu::zero_);
+  OPENREG_CPU_KERNEL_SIG(m, "masked_fill_.Scalar", at::cpu::masked_fill_, T& (*)(T&, CT, S));
+
+  // Reductions --------------------------------------------------------------
+  OPENREG_CPU_KERNEL(m, "sum.dim_IntList", at::cpu::sum);
+  OPENREG_CPU_KERNEL(m, "mean.dim", at::cpu::mean);
+  OPENREG_CPU_KERNEL(m, "amax", at::cpu::amax);
+  OPENREG_CPU_KERNEL(m, "amin", at::cpu::amin);
+  OPENREG_CPU_KERNEL(m, "argmax", at::cpu::argmax);
+
+  // Matrix products -----------------------------------------------------------
+  OPENREG_CPU_KERNEL(m, "mm", at::cpu::mm);
+  OPENREG_CPU_KERNEL(m, "mm.out", at::cpu::mm_outf);
+  OPENREG_CPU_KERNEL(m, "addmm", at::cpu::addmm);
+  OPENREG_CPU_KERNEL(m, "addmm.out", at::cpu::addmm_outf);
+  OPENREG_CPU_KERNEL(m, "bmm", at::cpu::bmm);
+  OPENREG_CPU_KERNEL(m, "bmm.out", at::cpu::bmm_outf);
+  OPENREG_CPU_KERNEL(m, "baddbmm", at::cpu::baddbmm);
+
+  // Softmax and normalisation ---------------------------------------------------
+  OPENREG_CPU_KERNEL(m, "_softmax", at::cpu::_softmax);
+  OPENREG_CPU_KERNEL(m, "_log_softmax", at::cpu::_log_softmax);
+  OPENREG_CPU_KERNEL(m, "_softmax_backward_data", at::cpu::_softmax_backward_data);
+  OPENREG_CPU_KERNEL(m, "_log_softmax_backward_data", at::cpu::_log_softmax_backward_data);
+  OPENREG_CPU_KERNEL(m, "native_layer_norm", at::cpu::native_layer_norm);
+  OPENREG_CPU_KERNEL(m, "native_layer_norm_backward", at::cpu::native_layer_norm_backward);
+  OPENREG_CPU_KERNEL(m, "native_batch_norm", at::cpu::native_batch_norm);
+  OPENREG_CPU_KERNEL(m, "native_batch_norm_backward", at::cpu::native_batch_norm_backward);
+
+  // Embedding and indexing ------------------------------------------------------
+  OPENREG_CPU_KERNEL(m, "embedding_dense_backward", at::cpu::embedding_dense_backward);
+  OPENREG_CPU_KERNEL(m, "index_select", at::cpu::index_select);
+  OPENREG_CPU_KERNEL(m, "index.Tensor", at::cpu::index);
+  OPENREG_CPU_KERNEL(m, "_index_put_impl_", at::cpu::_index_put_impl_);
+  OPENREG_CPU_KERNEL(m, "gather", at::cpu::gather);
+
+  // Joining, losses, pooling ------------------------------------------------------
+  OPENREG_CPU_KERNEL(m, "cat", at::cpu::cat);
+  OPENREG_CPU_KERNEL(m, "nll_loss_forward", at::cpu::nll_loss_forward);
+  OPENREG_CPU_KERNEL(m, "nll_loss_backward", at::cpu::nll_loss_backward);
+  OPENREG_CPU_KERNEL(m, "mse_loss", at::cpu::mse_loss);
+  OPENREG_CPU_KERNEL(m, "max_pool2d_with_indices", at::cpu::max_pool2d_with_indices);
+  OPENREG_CPU_KERNEL(m, "max_pool2d_with_indices_backward",
+                     at::cpu::max_pool2d_with_indices_backward);
+}
+// [docs:native-registrations:end]
+
+}  // namespace torch_openreg
