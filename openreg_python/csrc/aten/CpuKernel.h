@@ -237,6 +237,7 @@ struct CpuKernel;
 
 template <class R, class... A, R (*Fn)(A...), const char* Name>
 struct CpuKernel<Fn, Name> {
+  // [docs:cpu-kernel-call]
   static R call(A... args) {
     using namespace cpu_kernel;
     c10::DeviceIndex device = -1;
@@ -258,6 +259,7 @@ struct CpuKernel<Fn, Name> {
       return Ret<R>::out(set, result.get(), args...);
     }
   }
+  // [docs:cpu-kernel-call:end]
 
  private:
   template <class Held, size_t... I>

@@ -234,8 +234,10 @@ at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
     }
   }
   TORCH_CHECK_NOT_IMPLEMENTED(cpu.layout() == c10::kStrided,
-                              "openreg: the CPU kernel returned a ", cpu.layout(),
-                              " tensor, which openreg does not support");
+                              "openreg does not support ",
+                              cpu.is_sparse() ? "sparse" : "non-strided",
+                              " tensors: the kernel returned a ", cpu.layout(),
+                              " tensor, which an openreg tensor cannot hold");
   c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
   c10::Storage st;
   for (auto& e : storages_) {

@@ -26,8 +26,8 @@ using CT = const at::Tensor&;
 using S = const c10::Scalar&;
 }  // namespace
 
-// [docs:native-registrations]
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // [docs:native-registrations]
   // Elementwise (TensorIterator) -------------------------------------------
   OPENREG_CPU_KERNEL(m, "add.Tensor", at::cpu::add);
   OPENREG_CPU_KERNEL(m, "add_.Tensor", at::cpu::add_);
@@ -39,6 +39,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OPENREG_CPU_KERNEL(m, "mul_.Tensor", at::cpu::mul_);
   OPENREG_CPU_KERNEL(m, "mul.out", at::cpu::mul_outf);
   OPENREG_CPU_KERNEL_SIG(m, "div.Tensor", at::cpu::div, T (*)(CT, CT));
+  // [docs:native-registrations:end]
   OPENREG_CPU_KERNEL_SIG(m, "div_.Tensor", at::cpu::div_, T& (*)(T&, CT));
   OPENREG_CPU_KERNEL_SIG(m, "div.out", at::cpu::div_outf, T& (*)(CT, CT, T&));
   OPENREG_CPU_KERNEL(m, "neg", at::cpu::neg);
@@ -107,6 +108,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OPENREG_CPU_KERNEL(m, "max_pool2d_with_indices_backward",
                      at::cpu::max_pool2d_with_indices_backward);
 }
-// [docs:native-registrations:end]
 
 }  // namespace torch_openreg
