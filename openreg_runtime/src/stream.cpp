@@ -208,10 +208,11 @@ void worker_loop(Device* dev) {
     best->running = true;
     lk.unlock();
     std::string why;
-    uint64_t t0 = now_ns();
+    const bool tracing = g_trace_cb.load(std::memory_order_relaxed) != nullptr;
+    uint64_t t0 = tracing ? now_ns() : 0;
     orError_t err = execute(it, &why);
-    uint64_t t1 = now_ns();
-    trace(it, dev->index, best->id, t0, t1);
+    uint64_t t1 = tracing ? now_ns() : 0;
+    if (tracing) trace(it, dev->index, best->id, t0, t1);
     lk.lock();
     best->running = false;
     complete_item(best, it, err, why);
@@ -278,10 +279,11 @@ void submit(Stream* s, Item it, bool inline_ok) {
     s->running = true;
     lk.unlock();
     std::string why;
-    uint64_t t0 = now_ns();
+    const bool tracing = g_trace_cb.load(std::memory_order_relaxed) != nullptr;
+    uint64_t t0 = tracing ? now_ns() : 0;
     orError_t err = execute(it, &why);
-    uint64_t t1 = now_ns();
-    trace(it, s->device, s->id, t0, t1);
+    uint64_t t1 = tracing ? now_ns() : 0;
+    if (tracing) trace(it, s->device, s->id, t0, t1);
     lk.lock();
     s->running = false;
     complete_item(s, it, err, why);
@@ -307,10 +309,11 @@ orError_t run_synchronously(Stream* s, Item it, std::string* why) {
   it.correlation = t_correlation;
   s->running = true;
   lk.unlock();
-  uint64_t t0 = now_ns();
+  const bool tracing = g_trace_cb.load(std::memory_order_relaxed) != nullptr;
+  uint64_t t0 = tracing ? now_ns() : 0;
   orError_t err = execute(it, why);
-  uint64_t t1 = now_ns();
-  trace(it, s->device, s->id, t0, t1);
+  uint64_t t1 = tracing ? now_ns() : 0;
+  if (tracing) trace(it, s->device, s->id, t0, t1);
   lk.lock();
   s->running = false;
   s->completed_seq = it.seq;  // errors go straight back to the caller
