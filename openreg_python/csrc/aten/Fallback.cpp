@@ -209,10 +209,4 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout<kQuantized>>());
 }
 
-// Autocast for openreg: without a fallthrough on AutocastPrivateUse1,
-// torch.autocast("openreg") would fail for every operator without a policy.
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFallthrough());
-}
-
 }  // namespace torch_openreg
