@@ -173,6 +173,7 @@ def _sleep(microseconds: int) -> None:
 
 
 from .amp import get_amp_supported_dtype, is_bf16_supported  # noqa: E402
+from . import serialization  # noqa: E402,F401  (torch.load placement, see there)
 from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream  # noqa: E402
 from .memory import (  # noqa: E402
     empty_cache,
