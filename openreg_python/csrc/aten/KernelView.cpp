@@ -236,6 +236,11 @@ at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
   TORCH_CHECK_NOT_IMPLEMENTED(cpu.layout() == c10::kStrided,
                               "openreg: the CPU kernel returned a ", cpu.layout(),
                               " tensor, which openreg does not support");
+  // Quantized tensors are strided too; adopting one would make a dense
+  // openreg tensor with a quantized dtype and no quantizer.
+  TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_quantized(),
+                              "openreg: the CPU kernel returned a quantized tensor, "
+                              "which openreg does not support");
   c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
   c10::Storage st;
   for (auto& e : storages_) {
