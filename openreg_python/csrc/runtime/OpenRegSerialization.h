@@ -16,13 +16,16 @@
 
 namespace torch_openreg {
 
+// [docs:backend-meta-struct]
 // Immutable once attached: a new tag means a new object. That is what lets
-// clone() share it between a tensor and its shallow copies (detach(),
-// .data, nn.Parameter's saved copies) safely.
+// the inherited clone() (which returns the same object) share it between a
+// tensor and its shallow copies (detach(), .data, state_dict() entries).
+// Vendor: put your layout descriptor here (format id, tile sizes, ...).
 struct OpenRegBackendMeta final : c10::BackendMeta {
   explicit OpenRegBackendMeta(std::string format) : format(std::move(format)) {}
   const std::string format;
 };
+// [docs:backend-meta-struct:end]
 
 // Attach (or, with nullopt, remove) the format tag of an openreg tensor.
 // Tags are 1-64 characters of [A-Za-z0-9_.-]; anything else is a ValueError.
