@@ -5,6 +5,7 @@
 #include "runtime/OpenRegAllocator.h"
 #include "runtime/OpenRegFunctions.h"
 #include "runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegSerialization.h"
 #include "runtime/OpenRegStream.h"
 
 #include <ATen/Context.h>
@@ -153,4 +154,13 @@ PYBIND11_MODULE(_C, m) {
     auto info = torch_openreg::getDeviceAllocator()->getMemoryInfo(index_or_current(index));
     return py::make_tuple(info.first, info.second);
   });
+
+  // backend metadata (runtime/OpenRegSerialization.h): the "format" tag that
+  // torch.save/torch.load carry along; None clears it.
+  m.def("_set_backend_meta", [](const at::Tensor& t, std::optional<std::string> format) {
+    torch_openreg::set_backend_format(t, format);
+  }, py::arg("tensor"), py::arg("format"));
+  m.def("_get_backend_meta", [](const at::Tensor& t) {
+    return torch_openreg::get_backend_format(t);
+  }, py::arg("tensor"));
 }

@@ -40,6 +40,7 @@ def _register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
+    openreg.serialization._register()
 
 
 _register()

@@ -21,6 +21,10 @@
 namespace torch_openreg {
 namespace {
 
+constexpr char kSparse[] = "sparse";
+constexpr char kSparseCsr[] = "sparse compressed (CSR/CSC/BSR/BSC)";
+constexpr char kQuantized[] = "quantized";
+
 bool is_openreg(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
@@ -74,6 +78,36 @@ c10::IValue unwrap_value(AliasSet& aliases, c10::IValue v) {
     return out;
   }
   return v;
+}
+
+// A CPU kernel can turn dense inputs into a tensor kind openreg cannot hold
+// (to_sparse, quantize_per_tensor). Refuse the result by operator name,
+// before it would be wrapped as a dense openreg tensor.
+void check_result_kind(const c10::FunctionSchema& schema, const c10::IValue& v) {
+  auto check = [&](const at::Tensor& t) {
+    if (!t.defined() || (t.layout() == c10::kStrided && !t.is_quantized())) return;
+    std::string kind;
+    switch (t.layout()) {
+      case c10::kStrided: kind = kQuantized; break;
+      case c10::kSparse: kind = kSparse; break;
+      case c10::kSparseCsr:
+      case c10::kSparseCsc:
+      case c10::kSparseBsr:
+      case c10::kSparseBsc: kind = kSparseCsr; break;
+      default: kind = c10::str(t.layout()); break;  // e.g. Mkldnn
+    }
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "openreg does not support ", kind,
+                                " tensors: the operator '", schema.operator_name(),
+                                "' would return one on the openreg device. Use dense "
+                                "(strided) tensors, or run this part on the CPU.");
+  };
+  if (v.isTensor()) {
+    check(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) check(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) check_result_kind(schema, e);
+  }
 }
 
 void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
@@ -142,6 +176,7 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   for (auto& [t, a] : writes) aliases.sync_back(t, a);
   const size_t nret = schema.returns().size();
   for (size_t j = stack->size() - nret; j < stack->size(); ++j) {
+    check_result_kind(schema, (*stack)[j]);
     (*stack)[j] = unwrap_value(aliases, std::move((*stack)[j]));
   }
   // [docs:fallback-run:end]
@@ -159,9 +194,6 @@ void unsupported_layout(const c10::OperatorHandle& op, c10::DispatchKeySet,
                               "' has no ", Kind, " kernel for the openreg device. "
                               "Use dense (strided) tensors, or run this part on the CPU.");
 }
-constexpr char kSparse[] = "sparse";
-constexpr char kSparseCsr[] = "sparse compressed (CSR/CSC/BSR/BSC)";
-constexpr char kQuantized[] = "quantized";
 
 }  // namespace
 
@@ -212,12 +244,6 @@ TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
 }
 TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout<kQuantized>>());
-}
-
-// Autocast for openreg: without a fallthrough on AutocastPrivateUse1,
-// torch.autocast("openreg") would fail for every operator without a policy.
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace torch_openreg

@@ -238,6 +238,11 @@ at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
                               cpu.is_sparse() ? "sparse" : "non-strided",
                               " tensors: the kernel returned a ", cpu.layout(),
                               " tensor, which an openreg tensor cannot hold");
+  // Quantized tensors are strided too; adopting one would make a dense
+  // openreg tensor with a quantized dtype and no quantizer.
+  TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_quantized(),
+                              "openreg does not support quantized tensors: the kernel "
+                              "returned one, which an openreg tensor cannot hold");
   c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
   c10::Storage st;
   for (auto& e : storages_) {

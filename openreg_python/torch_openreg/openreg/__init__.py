@@ -172,6 +172,8 @@ def _sleep(microseconds: int) -> None:
     _C._sleep(int(microseconds))
 
 
+from .amp import get_amp_supported_dtype, is_bf16_supported  # noqa: E402
+from . import serialization  # noqa: E402,F401  (torch.load placement, see there)
 from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream  # noqa: E402
 from .memory import (  # noqa: E402
     empty_cache,
@@ -199,7 +201,8 @@ from .random import (  # noqa: E402
 __all__ = [
     "Event", "Stream", "StreamContext", "current_device", "current_stream",
     "default_stream", "device", "device_count", "device_of", "empty_cache",
-    "get_device_capability", "get_device_name", "get_device_properties",
+    "get_amp_supported_dtype", "get_device_capability", "get_device_name",
+    "get_device_properties", "is_bf16_supported",
     "get_rng_state", "get_rng_state_all", "init", "initial_seed", "is_available",
     "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
