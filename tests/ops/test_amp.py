@@ -300,10 +300,8 @@ class TestAutocastPolicy:
         out = run_autocast(fn, args, dtype)
         check(out, fn(*cast_floats(args, dtype)), dtype, loose_ref=fn(*args), loose_tol=LOOSE[dtype])
 
-    @pytest.mark.xfail(raises=NotImplementedError, strict=True,
-                       reason="known gap outside AMP: on a PrivateUse1 device ATen's lstm_cell/gru_cell "
-                              "call _thnn_fused_lstm_cell/_thnn_fused_gru_cell, which have no CPU "
-                              "kernel, so nn.LSTM/GRU/LSTMCell/GRUCell fail on openreg with or without autocast")
+    # On a PrivateUse1 device ATen's cells call _thnn_fused_lstm_cell /
+    # _thnn_fused_gru_cell (openreg_python/csrc/aten/Recurrent.cpp).
     @pytest.mark.parametrize("cell", ["lstm", "gru"])
     def test_fused_rnn_cells(self, cell):
         torch.manual_seed(0)

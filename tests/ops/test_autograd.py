@@ -105,3 +105,41 @@ class TestGradcheck:
         fn, inputs = GRADCHECK_CASES[name]()
         assert all(t.device.type == "openreg" for t in inputs)
         assert gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3)
+
+
+@pytest.mark.ops
+class TestRecurrent:
+    """ATen sends PrivateUse1 RNN cells to the fused kernels CUDA uses."""
+
+    @pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN])
+    def test_multilayer_rnn_matches_cpu(self, cls):
+        import copy
+
+        torch.manual_seed(0)
+        m = cls(4, 5, num_layers=2, batch_first=True, bidirectional=True)
+        md = copy.deepcopy(m).to(DEV)
+        x = torch.randn(3, 6, 4)
+        y, _ = m(x)
+        yd, _ = md(x.to(DEV))
+        torch.testing.assert_close(yd.cpu(), y)
+        y.square().sum().backward()
+        yd.square().sum().backward()
+        for (n, p), q in zip(m.named_parameters(), md.parameters()):
+            torch.testing.assert_close(q.grad.cpu(), p.grad, msg=n, rtol=1e-4, atol=1e-5)
+
+    @pytest.mark.parametrize("cell", ["lstm", "gru"])
+    def test_cell_gradcheck(self, cell):
+        torch.manual_seed(0)
+        m = (torch.nn.LSTMCell if cell == "lstm" else torch.nn.GRUCell)(3, 2).double().to(DEV)
+        x, h = d64(2, 3), d64(2, 2)
+        if cell == "lstm":
+            c = d64(2, 2)
+            fn = lambda x, h, c: m(x, (h, c))  # noqa: E731
+            assert gradcheck(fn, (x, h, c), eps=1e-6, atol=1e-5)
+        else:
+            assert gradcheck(lambda x, h: m(x, h), (x, h), eps=1e-6, atol=1e-5)
+
+    def test_fused_cell_shape_errors(self):
+        g = torch.randn(2, 8, device=DEV)
+        with pytest.raises(RuntimeError, match="gates must be \\[batch, 4 \\* hidden\\]"):
+            torch.ops.aten._thnn_fused_lstm_cell(g, g, torch.randn(2, 3, device=DEV))
