@@ -223,3 +223,26 @@ class TestQuantized:
             q.to(DEV)
         # Dequantize first: a dense float tensor moves fine.
         same(q.dequantize().to(DEV), q.dequantize())
+
+
+@pytest.mark.ops
+class TestNestedTensors:
+    """Nested (jagged) tensors are not supported on openreg: a clear error."""
+
+    def test_nested_result_is_refused_by_name(self):
+        x = torch.randn(2, 5, 16, device="openreg")
+        mask = torch.ones(2, 5, dtype=torch.bool, device="openreg")
+        with pytest.raises(NotImplementedError,
+                           match="openreg does not support nested tensors: the operator "
+                                 "'aten::_nested_tensor_from_mask'"):
+            torch._nested_tensor_from_mask(x, mask)
+
+    def test_transformer_fast_path_without_padding_mask_works(self):
+        import copy
+
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(16, 4, 32, batch_first=True).eval()
+        dev = copy.deepcopy(layer).to("openreg")
+        x = torch.randn(2, 5, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(dev(x.to("openreg")).cpu(), layer(x))

@@ -85,10 +85,14 @@ c10::IValue unwrap_value(AliasSet& aliases, c10::IValue v) {
 // before it would be wrapped as a dense openreg tensor.
 void check_result_kind(const c10::FunctionSchema& schema, const c10::IValue& v) {
   auto check = [&](const at::Tensor& t) {
-    if (!t.defined() || (t.layout() == c10::kStrided && !t.is_quantized())) return;
+    if (!t.defined() ||
+        (t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested())) {
+      return;
+    }
     std::string kind;
     switch (t.layout()) {
-      case c10::kStrided: kind = kQuantized; break;
+      case c10::kStrided: kind = t.is_nested() ? "nested" : kQuantized; break;
+      case c10::kJagged: kind = "nested"; break;
       case c10::kSparse: kind = kSparse; break;
       case c10::kSparseCsr:
       case c10::kSparseCsc:

@@ -233,6 +233,9 @@ at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
       return e.openreg;
     }
   }
+  TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_nested(),
+                              "openreg does not support nested tensors: the kernel "
+                              "returned one, which an openreg tensor cannot hold");
   TORCH_CHECK_NOT_IMPLEMENTED(cpu.layout() == c10::kStrided,
                               "openreg does not support ",
                               cpu.is_sparse() ? "sparse" : "non-strided",
