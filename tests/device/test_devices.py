@@ -144,3 +144,25 @@ class TestSmi:
         assert "OpenReg Simulated Device 0" in r.stdout
         assert "OpenReg Simulated Device 1" in r.stdout
         assert "/ 4096MiB" in r.stdout
+
+
+@pytest.mark.device
+class TestAutoload:
+    def test_import_torch_loads_the_backend(self):
+        r = run_python("import sys, torch; print('torch_openreg' in sys.modules, torch.device('openreg:1'))")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["True", "openreg:1"]
+
+    def test_autoload_can_be_disabled(self):
+        code = ("import sys, torch\n"
+                "print('torch_openreg' in sys.modules, hasattr(torch, 'openreg'))\n"
+                "import torch_openreg\n"
+                "print(hasattr(torch, 'openreg'), torch.ones(2, device='openreg').device)")
+        r = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split("\n")[:2] == ["False False", "True openreg:0"]
+
+    def test_import_torch_openreg_first(self):
+        r = run_python("import torch_openreg, torch; print(torch.ones(1, device='openreg').device)")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "openreg:0"
