@@ -23,6 +23,8 @@ def _autoload() -> None:
     """
 
 
+import atexit  # noqa: E402
+
 import torch  # noqa: E402
 
 from . import _C  # noqa: F401  (registers the backend with c10/ATen)
@@ -43,3 +45,21 @@ def _register() -> None:
 
 
 _register()
+
+
+def _let_autograd_workers_finish() -> None:
+    # torch 2.13's backward stashes a Python object (a contextvars copy) in
+    # the thread-local state that the openreg autograd worker thread adopts;
+    # the worker drops it just after backward() returns, which needs the GIL.
+    # If the script ends right there, the worker meets a finalizing
+    # interpreter, is torn down inside a noexcept destructor and the process
+    # aborts ("terminate called without an active exception"). Releasing the
+    # GIL briefly at exit lets it finish. (Any non-CPU device has the race;
+    # CUDA included.)
+    if openreg.is_initialized():
+        import time
+
+        time.sleep(0.02)
+
+
+atexit.register(_let_autograd_workers_finish)
