@@ -2,6 +2,7 @@
 // Importing it loads libtorch_openreg, whose static initialisers register
 // the allocator, guard, hooks, host allocator and kernels with PyTorch.
 #include "aten/KernelView.h"
+#include "aten/StubKernels.h"
 #include "runtime/OpenRegAllocator.h"
 #include "runtime/OpenRegFunctions.h"
 #include "runtime/OpenRegGenerator.h"
@@ -153,4 +154,7 @@ PYBIND11_MODULE(_C, m) {
     auto info = torch_openreg::getDeviceAllocator()->getMemoryInfo(index_or_current(index));
     return py::make_tuple(info.first, info.second);
   });
+
+  // operators: proof that openreg's DispatchStub kernel is the one running
+  m.def("_addcmul_stub_calls", &torch_openreg::addcmul_stub_calls);
 }
