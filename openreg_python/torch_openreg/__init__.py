@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from . import _C  # noqa: F401  (registers the backend with c10/ATen)
 from . import openreg
 
-__all__ = ["openreg"]
+__all__ = ["openreg", "ops"]
 
 
 def _register() -> None:
@@ -45,6 +45,11 @@ def _register() -> None:
 
 
 _register()
+
+# Custom operators defined in Python (torch.ops.openreg.rms_norm); the C++ ones
+# are registered by libtorch_openreg. After _register(): "openreg" must parse
+# as a device type for register_kernel("openreg").
+from . import ops  # noqa: E402
 
 
 def _let_autograd_workers_finish() -> None:
