@@ -299,7 +299,7 @@ void check_out(const Tensor& out, at::TensorOptions options) {
   TORCH_CHECK(out.device() == options.device(), "openreg::scaled_add.out: out is on ",
               out.device(), " but the inputs are on ", options.device());
   TORCH_CHECK(at::canCast(options.dtype().toScalarType(), out.scalar_type()),
-              "openreg::scaled_add.out: result type ", options.dtype(),
+              "openreg::scaled_add.out: result type ", options.dtype().toScalarType(),
               " can't be cast to the desired output type ", out.scalar_type());
 }
 
@@ -326,7 +326,7 @@ struct ScaledAddInplace final : native::structured_scaled_add_out {
     TORCH_CHECK(self.sizes() == sizes, "openreg::scaled_add_: output with shape ", self.sizes(),
                 " doesn't match the broadcast shape ", sizes);
     TORCH_CHECK(at::canCast(options.dtype().toScalarType(), self.scalar_type()),
-                "openreg::scaled_add_: result type ", options.dtype(),
+                "openreg::scaled_add_: result type ", options.dtype().toScalarType(),
                 " can't be cast to the desired output type ", self.scalar_type());
   }
   const Tensor& maybe_get_output(int64_t i) override { return outputs_[i]; }
