@@ -280,6 +280,34 @@ class TestSDPADropout:
 
 
 @pytest.mark.ops
+class TestSDPASecondDevice:
+    @pytest.fixture(autouse=True)
+    def _needs_two_devices(self):
+        if torch.openreg.device_count() < 2:
+            pytest.skip("needs OPENREG_DEVICE_COUNT >= 2")
+
+    def test_runs_on_the_inputs_device_with_its_generator(self):
+        q, k, v = qkv()
+        qd, kd, vd = (t.to("openreg:1").requires_grad_() for t in (q, k, v))
+        out = F.scaled_dot_product_attention(qd, kd, vd)
+        assert out.device == torch.device("openreg", 1)
+        torch.testing.assert_close(out.detach().cpu(), cpu_math(q, k, v))
+        out.sum().backward()
+        assert qd.grad.device == torch.device("openreg", 1)
+        # Dropout draws from openreg:1's generator: reseeding openreg:0 only
+        # does not reproduce it, reseeding openreg:1 does.
+        with torch.openreg.device(1):
+            torch.openreg.manual_seed(9)
+        a = F.scaled_dot_product_attention(qd, kd, vd, dropout_p=0.5).detach().cpu()
+        torch.openreg.manual_seed(9)  # current device: openreg:0
+        b = F.scaled_dot_product_attention(qd, kd, vd, dropout_p=0.5).detach().cpu()
+        with torch.openreg.device(1):
+            torch.openreg.manual_seed(9)
+        c = F.scaled_dot_product_attention(qd, kd, vd, dropout_p=0.5).detach().cpu()
+        assert torch.equal(a, c) and not torch.equal(a, b)
+
+
+@pytest.mark.ops
 class TestSDPABackendSelection:
     def test_math_backend_on_openreg_skips_the_fused_kernel(self):
         q, k, v = (t.to(DEV) for t in qkv())
@@ -412,3 +440,24 @@ class TestSDPACompile:
         assert BWD in rec.ops
         for a, b in zip(comp_args, eager_args):
             torch.testing.assert_close(a.grad.cpu(), b.grad.cpu())
+        torch._dynamo.reset()
+
+    def test_aot_eager_with_dropout_matches_eager(self):
+        # Tracing runs the meta function (no draw); the compiled forward draws
+        # the same seed as eager, and its backward regenerates the same mask.
+        def attn(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.4).sum(-1)
+
+        eager_args = [t.to(DEV).requires_grad_() for t in qkv()]
+        comp_args = [t.to(DEV).requires_grad_() for t in qkv()]
+        compiled = torch.compile(attn, backend="aot_eager", fullgraph=True)
+        torch.openreg.manual_seed(3)
+        expected = attn(*eager_args)
+        torch.openreg.manual_seed(3)
+        got = compiled(*comp_args)
+        torch.testing.assert_close(got.detach().cpu(), expected.detach().cpu(), rtol=0, atol=0)
+        expected.sum().backward()
+        got.sum().backward()
+        for a, b in zip(comp_args, eager_args):
+            torch.testing.assert_close(a.grad.cpu(), b.grad.cpu())
+        torch._dynamo.reset()
