@@ -40,7 +40,6 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
-#include <c10/util/irange.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -48,7 +47,6 @@
 #include <limits>
 #include <mutex>
 #include <numeric>
-#include <sstream>
 
 namespace torch_openreg {
 namespace {
@@ -176,9 +174,8 @@ Shape check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   if (bias.defined()) {
     TORCH_CHECK(bias.scalar_type() == at::kBool || at::isFloatingType(bias.scalar_type()),
                 what, ": attn_mask must be bool or floating point, got ", bias.scalar_type());
-    std::vector<int64_t> weights{s.L, s.S};
-    if (d == 4) weights = {s.B, s.Hq, s.L, s.S};
-    else weights = {s.Hq, s.L, s.S};
+    const std::vector<int64_t> weights =
+        d == 4 ? std::vector<int64_t>{s.B, s.Hq, s.L, s.S} : std::vector<int64_t>{s.Hq, s.L, s.S};
     TORCH_CHECK(at::is_expandable_to(bias.sizes(), weights), what, ": attn_mask of shape ",
                 bias.sizes(), " is not broadcastable to the attention weights' shape ",
                 c10::IntArrayRef(weights));

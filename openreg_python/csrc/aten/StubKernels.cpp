@@ -41,6 +41,8 @@ std::atomic<int64_t> g_addcmul_calls{0};
 // [docs:stub-kernel]
 // out = self + value * tensor1 * tensor2 over a TensorIterator whose data
 // pointers are device addresses (operand 0 is the output).
+// Vendor: launch your device's elementwise kernel with these pointers and
+// strides instead of the host loop.
 void addcmul_kernel(at::TensorIteratorBase& iter, const at::Scalar& value) {
   g_addcmul_calls.fetch_add(1, std::memory_order_relaxed);
   constexpr int kOperands = 4;
