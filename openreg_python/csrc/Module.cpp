@@ -2,6 +2,7 @@
 // Importing it loads libtorch_openreg, whose static initialisers register
 // the allocator, guard, hooks, host allocator and kernels with PyTorch.
 #include "aten/KernelView.h"
+#include "aten/StubKernels.h"
 #include "runtime/OpenRegAllocator.h"
 #include "runtime/OpenRegFunctions.h"
 #include "runtime/OpenRegGenerator.h"
@@ -163,4 +164,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_backend_meta", [](const at::Tensor& t) {
     return torch_openreg::get_backend_format(t);
   }, py::arg("tensor"));
+
+  // operators: proof that openreg's DispatchStub kernel is the one running
+  m.def("_addcmul_stub_calls", &torch_openreg::addcmul_stub_calls);
 }

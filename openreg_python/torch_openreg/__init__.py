@@ -23,12 +23,14 @@ def _autoload() -> None:
     """
 
 
+import atexit  # noqa: E402
+
 import torch  # noqa: E402
 
 from . import _C  # noqa: F401  (registers the backend with c10/ATen)
 from . import openreg
 
-__all__ = ["openreg"]
+__all__ = ["openreg", "ops"]
 
 
 def _register() -> None:
@@ -44,3 +46,26 @@ def _register() -> None:
 
 
 _register()
+
+# Custom operators defined in Python (torch.ops.openreg.rms_norm); the C++ ones
+# are registered by libtorch_openreg. After _register(): "openreg" must parse
+# as a device type for register_kernel("openreg").
+from . import ops  # noqa: E402
+
+
+def _let_autograd_workers_finish() -> None:
+    # torch 2.13's backward stashes a Python object (a contextvars copy) in
+    # the thread-local state that the openreg autograd worker thread adopts;
+    # the worker drops it just after backward() returns, which needs the GIL.
+    # If the script ends right there, the worker meets a finalizing
+    # interpreter, is torn down inside a noexcept destructor and the process
+    # aborts ("terminate called without an active exception"). Releasing the
+    # GIL briefly at exit lets it finish. (Any non-CPU device has the race;
+    # CUDA included.)
+    if openreg.is_initialized():
+        import time
+
+        time.sleep(0.02)
+
+
+atexit.register(_let_autograd_workers_finish)

@@ -1,0 +1,456 @@
+// Scaled dot-product attention on openreg: the fused-SDPA hook.
+//
+// torch.nn.functional.scaled_dot_product_attention is a composite operator.
+// It asks `_fused_sdp_choice_stub` (a DispatchStub keyed on the device type)
+// which backend to use and, for SDPBackend::overrideable, calls
+// aten::_scaled_dot_product_fused_attention_overrideable, whose autograd
+// formula calls ..._overrideable_backward. Both are "implement me" operators
+// for PrivateUse1 backends. This file provides:
+//
+//   * the backend choice, registered both as the stub's PrivateUse1 kernel
+//     (what the composite consults) and as the PrivateUse1 kernel of the
+//     aten::_fused_sdp_choice operator (what torch._fused_sdp_choice asks);
+//   * the forward and backward kernels: real attention (not placeholders),
+//     run with ATen's CPU operators in place on device memory (zero-copy
+//     aliases, KernelView.h) on the device's current stream.
+//
+// Dropout: the forward draws one 64-bit seed from the device's openreg
+// generator (so torch.openreg.manual_seed makes it reproducible), seeds a
+// private CPU engine with it and draws the keep-mask from that engine. The
+// seed travels to the backward in the op's `philox_seed` output (a CPU int64
+// scalar, as CUDA's flash attention keeps its seed outside graph capture);
+// the backward re-seeds an engine with it and regenerates the identical mask.
+// `philox_offset` is always 0: each call has an engine of its own, so there
+// is no stream position to record.
+//
+// Vendor: replace the bodies of attention_forward_kernel and
+// attention_backward_kernel with your fused kernels; keep the checks, the
+// choice function, the output contract (shapes/dtypes as in torch's meta
+// function for this op) and the seed handling.
+#include "KernelView.h"
+
+#include "../runtime/OpenRegGenerator.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/Functions.h>
+#include <ATen/OpMathType.h>
+#include <ATen/SDPBackend.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/transformers/attention.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <numeric>
+
+namespace torch_openreg {
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention on openreg";
+
+bool is_openreg(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+bool supported_dtype(c10::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
+}
+
+// ------------------------------------------------------------ backend choice
+
+// Why the overrideable kernel cannot take these inputs ("" if it can). The
+// kernel handles what the op's meta function describes: 3-D (H, L, E) or 4-D
+// (B, H, L, E) dense floating tensors, key/value heads dividing the query
+// heads (grouped-query attention), any broadcastable mask. Everything else
+// goes to the math composite, which runs on openreg through the fallback.
+std::string overrideable_unsupported(const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v, bool enable_gqa) {
+  if (q.is_nested() || k.is_nested() || v.is_nested()) return "nested tensors";
+  const auto d = q.dim();
+  if ((d != 3 && d != 4) || k.dim() != d || v.dim() != d) {
+    return "query, key and value must all be 3-D or 4-D";
+  }
+  if (!supported_dtype(q.scalar_type()) || k.scalar_type() != q.scalar_type() ||
+      v.scalar_type() != q.scalar_type()) {
+    return "query, key and value must share one of float32, float64, float16, bfloat16";
+  }
+  if (d == 4 && (k.size(0) != q.size(0) || v.size(0) != q.size(0))) {
+    return "query, key and value must have the same batch size";
+  }
+  const auto hq = q.size(-3), hk = k.size(-3), hv = v.size(-3);
+  if (hk != hv) return "key and value must have the same number of heads";
+  // With enable_gqa=False the math path broadcasts heads (only hk == 1
+  // works); with enable_gqa=True it repeats key/value heads. Both equal the
+  // grouped computation below whenever hq % hk == 0.
+  if (hq != hk && !(hk > 0 && hq % hk == 0 && (enable_gqa || hk == 1))) {
+    return "the number of key/value heads must divide the number of query heads "
+           "(and enable_gqa=True unless it is 1)";
+  }
+  return "";
+}
+
+// [docs:sdpa-choice]
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key,
+                         const at::Tensor& value, const std::optional<at::Tensor>& attn_mask,
+                         double dropout_p, bool is_causal, std::optional<double> scale,
+                         bool enable_gqa) {
+  auto& ctx = at::globalContext();
+  // ATen's default priority puts overrideable last, behind math; openreg
+  // prefers its fused kernel unless the user set a priority order of their
+  // own (sdpa_kernel(..., set_priority=True)).
+  static constexpr std::array<at::SDPBackend, at::num_sdp_backends> kAtenDefault{
+      at::SDPBackend::flash_attention, at::SDPBackend::efficient_attention,
+      at::SDPBackend::math, at::SDPBackend::cudnn_attention, at::SDPBackend::overrideable};
+  const auto order = ctx.sDPPriorityOrder();
+  const bool default_order = order == kAtenDefault;
+  const std::string why_not = overrideable_unsupported(query, key, value, enable_gqa);
+  const bool overrideable_ok = ctx.userEnabledOverrideableSDP() && why_not.empty();
+  if (default_order && overrideable_ok) return static_cast<int64_t>(at::SDPBackend::overrideable);
+  for (auto backend : order) {
+    if (backend == at::SDPBackend::overrideable && overrideable_ok) {
+      return static_cast<int64_t>(at::SDPBackend::overrideable);
+    }
+    if (backend == at::SDPBackend::math && ctx.userEnabledMathSDP()) {
+      return static_cast<int64_t>(at::SDPBackend::math);
+    }
+  }
+  TORCH_CHECK(false, kOp, ": no enabled backend can run these inputs. openreg "
+              "implements SDPBackend.OVERRIDEABLE and SDPBackend.MATH; ",
+              ctx.userEnabledOverrideableSDP()
+                  ? "OVERRIDEABLE cannot take them: " + why_not
+                  : std::string("OVERRIDEABLE is disabled"),
+              ctx.userEnabledMathSDP() ? "" : "; MATH is disabled", ".");
+}
+// [docs:sdpa-choice:end]
+
+// ------------------------------------------------------------ input checks
+
+struct Shape {
+  bool batched;   // 4-D inputs (B, H, L, E); 3-D inputs are (H, L, E)
+  int64_t B, Hq, Hkv, L, S, E, Ev;
+};
+
+Shape check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const at::Tensor& bias, double dropout_p, const char* what) {
+  TORCH_CHECK(q.defined() && k.defined() && v.defined(), what,
+              ": query, key and value must be defined");
+  TORCH_CHECK(is_openreg(q), what, ": query must be an openreg tensor, got ", q.device());
+  auto same_device = [&](const at::Tensor& t, const char* name) {
+    TORCH_CHECK(!t.defined() || t.device() == q.device(), what,
+                ": expected all tensors on ", q.device(), ", but ", name, " is on ",
+                t.device());
+  };
+  same_device(k, "key");
+  same_device(v, "value");
+  same_device(bias, "attn_mask");
+  TORCH_CHECK(supported_dtype(q.scalar_type()), what,
+              ": query dtype must be float32, float64, float16 or bfloat16, got ",
+              q.scalar_type());
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              what, ": expected query, key and value to have the same dtype, but got "
+              "query.dtype: ", q.scalar_type(), " key.dtype: ", k.scalar_type(),
+              " and value.dtype: ", v.scalar_type(), " instead.");
+  const auto d = q.dim();
+  TORCH_CHECK((d == 3 || d == 4) && k.dim() == d && v.dim() == d, what,
+              ": query, key and value must all be 3-D (H, L, E) or 4-D (B, H, L, E), got "
+              "query ", q.sizes(), ", key ", k.sizes(), ", value ", v.sizes());
+  Shape s{d == 4, d == 4 ? q.size(0) : 1, q.size(-3), k.size(-3),
+          q.size(-2), k.size(-2), q.size(-1), v.size(-1)};
+  TORCH_CHECK(!s.batched || (k.size(0) == s.B && v.size(0) == s.B), what,
+              ": query, key and value must have the same batch size, got query ",
+              q.sizes(), ", key ", k.sizes(), ", value ", v.sizes());
+  TORCH_CHECK(k.size(-1) == s.E, what, ": key's last dimension (", k.size(-1),
+              ") must equal query's (", s.E, ")");
+  TORCH_CHECK(v.size(-2) == s.S && v.size(-3) == s.Hkv, what,
+              ": key ", k.sizes(), " and value ", v.sizes(),
+              " must agree in heads and sequence length");
+  TORCH_CHECK(s.Hkv > 0 && s.Hq % s.Hkv == 0, what, ": the number of key/value heads (",
+              s.Hkv, ") must divide the number of query heads (", s.Hq, ")");
+  if (bias.defined()) {
+    TORCH_CHECK(bias.scalar_type() == at::kBool || at::isFloatingType(bias.scalar_type()),
+                what, ": attn_mask must be bool or floating point, got ", bias.scalar_type());
+    const std::vector<int64_t> weights =
+        d == 4 ? std::vector<int64_t>{s.B, s.Hq, s.L, s.S} : std::vector<int64_t>{s.Hq, s.L, s.S};
+    TORCH_CHECK(at::is_expandable_to(bias.sizes(), weights), what, ": attn_mask of shape ",
+                bias.sizes(), " is not broadcastable to the attention weights' shape ",
+                c10::IntArrayRef(weights));
+  }
+  TORCH_CHECK(dropout_p >= 0. && dropout_p <= 1., what,
+              ": dropout probability has to be between 0 and 1, but got ", dropout_p);
+  return s;
+}
+
+double softmax_scale(std::optional<double> scale, int64_t head_dim) {
+  return scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+// ------------------------------------------------------------ the kernels
+// Everything below runs inside launch_kernel on CPU aliases of device memory.
+
+// Key/value heads repeated for grouped-query attention (as the math path's
+// repeat_interleave on dim -3); a no-op without groups.
+at::Tensor expand_heads(const at::Tensor& t, int64_t groups) {
+  return groups == 1 ? t : t.repeat_interleave(groups, -3);
+}
+
+// Attention scores with masks applied, and their softmax, in `cdt`:
+// s = (q * scale) @ k^T + mask, causal positions above the diagonal -inf.
+// Fully masked rows get probabilities 0 (as the math path's _safe_softmax).
+struct Scores {
+  at::Tensor qs, kx, s, p;
+};
+
+Scores scores_and_probs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& bias,
+                        bool is_causal, double scale, int64_t groups, at::ScalarType cdt) {
+  Scores r;
+  r.qs = q.to(cdt).mul(scale);
+  r.kx = expand_heads(k, groups).to(cdt);
+  r.s = at::matmul(r.qs, r.kx.transpose(-2, -1));
+  if (bias.defined()) {
+    if (bias.scalar_type() == at::kBool) {
+      r.s.masked_fill_(bias.logical_not(), -std::numeric_limits<double>::infinity());
+    } else {
+      r.s.add_(bias.to(cdt));
+    }
+  }
+  if (is_causal) {
+    // Top-left aligned, as the math path: query i sees keys 0..i.
+    const auto L = r.s.size(-2), S = r.s.size(-1);
+    auto allowed = at::ones({L, S}, r.s.options().dtype(at::kBool)).tril();
+    r.s.masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  }
+  r.p = at::_safe_softmax(r.s, -1);
+  return r;
+}
+
+// The dropout keep-mask for `seed`: identical in forward and backward because
+// it depends only on the seed and the (fixed, contiguous) shape.
+at::Tensor keep_mask(const at::Tensor& like, double dropout_p, uint64_t seed) {
+  auto engine = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto keep = at::empty(like.sizes(), like.options().dtype(at::kBool));
+  keep.bernoulli_(1.0 - dropout_p, engine);
+  return keep;
+}
+
+double keep_scale(double dropout_p) { return dropout_p < 1.0 ? 1.0 / (1.0 - dropout_p) : 0.0; }
+
+// An empty tensor shaped `sizes` whose dimensions are ordered in memory like
+// `like`'s (torch's meta function for this op does the same), so eager and
+// compiled outputs have the same strides.
+at::Tensor empty_matching_layout(const at::Tensor& like, c10::IntArrayRef sizes,
+                                 at::ScalarType dtype) {
+  if (like.sizes() == sizes) return at::empty_like(like, like.options().dtype(dtype));
+  std::vector<int64_t> order(like.dim());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+  std::vector<int64_t> strides(like.dim());
+  int64_t stride = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[*it] = stride;
+    stride *= sizes[*it];
+  }
+  return at::empty_strided(sizes, strides, like.options().dtype(dtype));
+}
+
+// `value` converted to `dtype` in the layout empty_matching_layout gives.
+at::Tensor with_layout_of(const at::Tensor& value, const at::Tensor& like, at::ScalarType dtype) {
+  at::Tensor out = empty_matching_layout(like, value.sizes(), dtype);
+  if (value.scalar_type() == dtype && value.strides() == out.strides()) return value;
+  out.copy_(value);
+  return out;
+}
+
+struct ForwardResult {
+  at::Tensor out, lse, debug;
+};
+
+// [docs:sdpa-forward]
+ForwardResult attention_forward_kernel(const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v, const at::Tensor& bias,
+                                       double dropout_p, bool is_causal, double scale,
+                                       std::optional<uint64_t> seed, bool return_debug) {
+  const auto cdt = at::toOpMathType(q.scalar_type());  // bf16/fp16 compute in fp32
+  const int64_t groups = q.size(-3) / k.size(-3);
+  Scores sc = scores_and_probs(q, k, bias, is_causal, scale, groups, cdt);
+  at::Tensor weights = sc.p;
+  if (seed) weights = sc.p * keep_mask(sc.p, dropout_p, *seed) * keep_scale(dropout_p);
+  at::Tensor out = at::matmul(weights, expand_heads(v, groups).to(cdt));
+  ForwardResult r;
+  r.out = with_layout_of(out, q, q.scalar_type());
+  r.lse = at::logsumexp(sc.s, -1).to(at::kFloat);  // -inf for fully masked rows
+  if (return_debug) r.debug = weights.to(q.scalar_type());
+  return r;
+}
+// [docs:sdpa-forward:end]
+
+struct BackwardResult {
+  at::Tensor dq, dk, dv, dbias;
+};
+
+BackwardResult attention_backward_kernel(const at::Tensor& dout, const at::Tensor& q,
+                                         const at::Tensor& k, const at::Tensor& v,
+                                         const at::Tensor& bias, double dropout_p,
+                                         bool is_causal, double scale,
+                                         std::optional<uint64_t> seed,
+                                         std::array<bool, 4> need) {
+  // logsumexp is float32 by the op's contract, too coarse to rebuild float64
+  // probabilities as exp(s - lse); recomputing the softmax costs one more
+  // reduction and is exact in every dtype.
+  const auto cdt = at::toOpMathType(q.scalar_type());
+  const int64_t groups = q.size(-3) / k.size(-3);
+  Scores sc = scores_and_probs(q, k, bias, is_causal, scale, groups, cdt);
+  at::Tensor keep_scaled;  // mask / (1 - p): what forward multiplied P by
+  if (seed) keep_scaled = keep_mask(sc.p, dropout_p, *seed).to(cdt).mul_(keep_scale(dropout_p));
+  at::Tensor g = dout.to(cdt);
+  at::Tensor vx = expand_heads(v, groups).to(cdt);
+
+  // out = (P * keep) @ V  =>  dV = (P * keep)^T @ dOut, dP = (dOut @ V^T) * keep
+  at::Tensor weights = seed ? sc.p * keep_scaled : sc.p;
+  at::Tensor dp = at::matmul(g, vx.transpose(-2, -1));
+  if (seed) dp.mul_(keep_scaled);
+  // softmax backward: dS = P * (dP - rowsum(dP * P)); masked entries have P = 0.
+  at::Tensor ds = sc.p * (dp - (dp * sc.p).sum(-1, /*keepdim=*/true));
+
+  auto fold_groups = [&](const at::Tensor& t) {
+    // Sum the gradient of each repeated key/value head back into its group.
+    if (groups == 1) return t;
+    auto sizes = t.sizes().vec();
+    const int64_t h = sizes[sizes.size() - 3];
+    sizes[sizes.size() - 3] = h / groups;
+    sizes.insert(sizes.end() - 2, groups);
+    return t.reshape(sizes).sum(-3);
+  };
+  BackwardResult r;
+  if (need[0]) r.dq = with_layout_of(at::matmul(ds, sc.kx).mul_(scale), q, q.scalar_type());
+  if (need[1]) {
+    r.dk = with_layout_of(fold_groups(at::matmul(ds.transpose(-2, -1), sc.qs)), k,
+                          k.scalar_type());
+  }
+  if (need[2]) {
+    r.dv = with_layout_of(fold_groups(at::matmul(weights.transpose(-2, -1), g)), v,
+                          v.scalar_type());
+  }
+  if (need[3] && bias.defined() && bias.scalar_type() != at::kBool) {
+    // The mask was broadcast onto the scores: reduce back to its shape.
+    r.dbias = with_layout_of(ds.sum_to_size(bias.sizes()), bias, bias.scalar_type());
+  }
+  return r;
+}
+
+// ------------------------------------------------------------ the operators
+
+// Draws the per-call dropout seed from the device's generator.
+uint64_t draw_dropout_seed(c10::DeviceIndex device) {
+  const at::Generator& gen = getDefaultOpenRegGenerator(device);
+  at::Generator cpu = cpuGeneratorFor(gen);
+  std::lock_guard<std::mutex> lock(cpu.mutex());
+  return cpu.get<at::CPUGeneratorImpl>()->random64();
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt,
+           at::Tensor, at::Tensor, at::Tensor>
+sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                  const std::optional<at::Tensor>& attn_bias, double dropout_p,
+                  bool is_causal, bool return_debug_mask, std::optional<double> scale) {
+  const at::Tensor bias = attn_bias.value_or(at::Tensor());
+  const Shape s = check_inputs(query, key, value, bias, dropout_p,
+                               "_scaled_dot_product_fused_attention_overrideable");
+  const auto device = query.device().index();
+  const double sc = softmax_scale(scale, s.E);
+
+  // [docs:sdpa-seed]
+  std::optional<uint64_t> seed;
+  if (dropout_p > 0.0) seed = draw_dropout_seed(device);
+  // CPU scalars made before the launch: host memory, readable by the backward
+  // without a device synchronisation.
+  at::Tensor philox_seed = at::scalar_tensor(static_cast<int64_t>(seed.value_or(0)),
+                                             at::TensorOptions().dtype(at::kLong));
+  at::Tensor philox_offset = at::zeros({}, at::TensorOptions().dtype(at::kLong));
+  // [docs:sdpa-seed:end]
+
+  AliasSet set(device);
+  at::Tensor q = set.alias(query), k = set.alias(key), v = set.alias(value);
+  at::Tensor b = set.alias(bias);
+  ForwardResult r;
+  launch_kernel(device, "sdpa_overrideable_forward", [&] {
+    r = attention_forward_kernel(s.batched ? q : q.unsqueeze(0),
+                                 s.batched ? k : k.unsqueeze(0),
+                                 s.batched ? v : v.unsqueeze(0), b, dropout_p, is_causal, sc,
+                                 seed, return_debug_mask);
+    if (!s.batched) {
+      r.out = r.out.squeeze(0);
+      if (r.debug.defined()) r.debug = r.debug.squeeze(0);
+    }
+  });
+  // cum_seq_q/k are for nested (ragged) inputs, which this kernel does not
+  // take: undefined, as in the meta function.
+  return {set.unwrap(r.out), set.unwrap(r.lse), at::Tensor(), at::Tensor(),
+          c10::SymInt(s.L), c10::SymInt(s.S), philox_seed, philox_offset,
+          set.unwrap(r.debug)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_backward(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key,
+    const at::Tensor& value, const at::Tensor& attn_bias, std::array<bool, 4> grad_input_mask,
+    const at::Tensor& out, const at::Tensor& logsumexp, const at::Tensor& cum_seq_q,
+    const at::Tensor& cum_seq_k, int64_t max_q, int64_t max_k, double dropout_p,
+    bool is_causal, const at::Tensor& philox_seed, const at::Tensor& philox_offset,
+    std::optional<double> scale) {
+  if (!grad_out.defined()) return {};
+  const Shape s = check_inputs(query, key, value, attn_bias, dropout_p,
+                               "_scaled_dot_product_fused_attention_overrideable_backward");
+  TORCH_CHECK(grad_out.device() == query.device(),
+              "_scaled_dot_product_fused_attention_overrideable_backward: grad_out is on ",
+              grad_out.device(), ", query on ", query.device());
+  std::optional<uint64_t> seed;
+  if (dropout_p > 0.0) {
+    TORCH_CHECK(philox_seed.defined() && philox_seed.numel() == 1,
+                "_scaled_dot_product_fused_attention_overrideable_backward: dropout_p > 0 "
+                "needs the philox_seed returned by the forward");
+    seed = static_cast<uint64_t>(philox_seed.cpu().item<int64_t>());
+  }
+  const auto device = query.device().index();
+  const double sc = softmax_scale(scale, s.E);
+
+  AliasSet set(device);
+  at::Tensor g = set.alias(grad_out), q = set.alias(query), k = set.alias(key),
+             v = set.alias(value), b = set.alias(attn_bias);
+  BackwardResult r;
+  launch_kernel(device, "sdpa_overrideable_backward", [&] {
+    auto batch = [&](const at::Tensor& t) { return s.batched ? t : t.unsqueeze(0); };
+    r = attention_backward_kernel(batch(g), batch(q), batch(k), batch(v), b, dropout_p,
+                                  is_causal, sc, seed, grad_input_mask);
+    if (!s.batched) {
+      if (r.dq.defined()) r.dq = r.dq.squeeze(0);
+      if (r.dk.defined()) r.dk = r.dk.squeeze(0);
+      if (r.dv.defined()) r.dv = r.dv.squeeze(0);
+    }
+  });
+  return {set.unwrap(r.dq), set.unwrap(r.dk), set.unwrap(r.dv), set.unwrap(r.dbias)};
+}
+
+}  // namespace
+
+// [docs:sdpa-register]
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
+  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_overrideable));
+  m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
+         TORCH_FN(sdpa_overrideable_backward));
+}
+
+}  // namespace torch_openreg
+
+// The composite scaled_dot_product_attention consults this DispatchStub, not
+// the aten::_fused_sdp_choice operator: without it every PrivateUse1 call
+// takes the math path. The macro names the stub unqualified, hence at::native.
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_openreg::fused_sdp_choice)
+}  // namespace at::native
+// [docs:sdpa-register:end]
