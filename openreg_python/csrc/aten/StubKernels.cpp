@@ -20,6 +20,7 @@
 #include "KernelView.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/CPUFunctions.h>
 #include <ATen/Functions.h>
 #include <ATen/OpMathType.h>
 #include <ATen/native/DispatchStub.h>
@@ -39,54 +40,27 @@ namespace {
 std::atomic<int64_t> g_addcmul_calls{0};
 
 // [docs:stub-kernel]
-// out = self + value * tensor1 * tensor2 over a TensorIterator whose data
-// pointers are device addresses (operand 0 is the output).
-// Vendor: launch your device's elementwise kernel with these pointers and
-// strides instead of the host loop.
+// out = self + value * tensor1 * tensor2 over a TensorIterator whose operands
+// are openreg tensors (operand 0 is the output).
+// Vendor: this is where your device's elementwise kernel is launched with the
+// iterator's pointers and strides. OpenReg's "device" runs host code on the
+// kernel view of device memory, so it runs ATen's own CPU addcmul (whose
+// impl calls this stub's CPU loop) on CPU aliases of the operands: the
+// results are bit-identical to the CPU's (a hand-written loop would differ in
+// the last bit wherever the CPU kernel uses fused multiply-adds).
 void addcmul_kernel(at::TensorIteratorBase& iter, const at::Scalar& value) {
   g_addcmul_calls.fetch_add(1, std::memory_order_relaxed);
-  constexpr int kOperands = 4;
-  TORCH_INTERNAL_ASSERT(iter.ntensors() == kOperands);
+  TORCH_INTERNAL_ASSERT(iter.ntensors() == 4);
   const auto device = iter.device(0).index();
-  // Device operands are reached through the kernel view of device memory;
-  // CPU scalars (0-dim CPU tensors TensorIterator allows) are host memory.
-  std::array<intptr_t, kOperands> shift{};
-  std::array<at::ScalarType, kOperands> dtype{};
-  for (int k = 0; k < kOperands; ++k) {
-    shift[k] = iter.device(k).is_privateuseone() ? kernel_view_offset(device) : 0;
-    dtype[k] = iter.dtype(k);
-  }
+  AliasSet set(device);
+  at::Tensor out = set.alias(iter.tensor(0));
+  at::Tensor self = set.alias(iter.tensor(1));
+  at::Tensor t1 = set.alias(iter.tensor(2));
+  at::Tensor t2 = set.alias(iter.tensor(3));
   launch_kernel(device, "addcmul", [&] {
-    AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND2(at::kHalf, at::kBFloat16, iter.common_dtype(),
-                                           "openreg_addcmul", [&] {
-      using opmath_t = at::opmath_type<scalar_t>;
-      const opmath_t v = value.to<opmath_t>();
-      // Unlike on the CPU, TensorIterator does not make same-dtype copies of
-      // device operands: mixed dtypes are cast element by element (as CUDA's
-      // "dynamic casting" does).
-      const bool uniform = std::all_of(dtype.begin(), dtype.end(), [&](at::ScalarType t) {
-        return t == c10::CppTypeToScalarType<scalar_t>::value;
-      });
-      auto load = [&](int k, const char* p) -> opmath_t {
-        return uniform ? opmath_t(*reinterpret_cast<const scalar_t*>(p))
-                       : c10::fetch_and_cast<opmath_t>(dtype[k], p);
-      };
-      iter.for_each([&](char** data, const int64_t* strides, int64_t n0, int64_t n1) {
-        for (int64_t j = 0; j < n1; ++j) {
-          std::array<char*, kOperands> p;
-          for (int k = 0; k < kOperands; ++k) p[k] = data[k] + shift[k] + j * strides[kOperands + k];
-          for (int64_t i = 0; i < n0; ++i) {
-            const opmath_t r = load(1, p[1]) + v * load(2, p[2]) * load(3, p[3]);
-            if (uniform) {
-              *reinterpret_cast<scalar_t*>(p[0]) = static_cast<scalar_t>(r);
-            } else {
-              c10::cast_and_store<opmath_t>(dtype[0], p[0], r);
-            }
-            for (int k = 0; k < kOperands; ++k) p[k] += strides[k];
-          }
-        }
-      });
-    });
+    // The meta function already broadcast, promoted and sized the output;
+    // the CPU's structured addcmul runs the CPU loop of the same stub.
+    at::cpu::addcmul_out(out, self, t1, t2, value);
   });
 }
 // [docs:stub-kernel:end]
