@@ -173,6 +173,14 @@ bool drain_markers(Stream* s) {
       break;
     }
   }
+  if (changed) {
+    // A completed marker can unblock waiters anywhere: other streams' Wait
+    // items (on any device) and host threads in synchronize calls. Callers
+    // on host threads (query, synchronize, record) get here too, so the
+    // wake-up must not depend on a worker noticing.
+    cv_done().notify_all();
+    cv_work().notify_all();
+  }
   return changed;
 }
 
@@ -199,6 +207,9 @@ void worker_loop(Device* dev) {
       cv_work().notify_all();
     }
     if (!best) {
+      // Completing a marker may have made an earlier-scanned stream ready:
+      // scan again before sleeping.
+      if (progressed) continue;
       cv_work().wait(lk);
       continue;
     }

@@ -1,20 +1,44 @@
 """Shared helpers for the runtime tests (not a test module).
 
-``torch`` is imported before ``torch_openreg._runtime`` on purpose: importing
-``torch_openreg`` first re-enters it through torch's backend autoload and
-fails with a circular import.
+``torch_openreg._runtime`` links only libopenreg, not torch, so it is loaded
+here on its own, without running the ``torch_openreg`` package (and with it
+torch and the torch glue): the runtime tests then neither depend on the glue
+building and loading, nor pay for the torch import. If the package is already
+imported (whole-suite runs), the regular module is used; either way there is
+one module object, registered as ``torch_openreg._runtime``.
 """
 
 import contextlib
 import ctypes
+import importlib.machinery
+import importlib.util
 import os
 import subprocess
 import sys
 import threading
 import time
 
-import torch  # noqa: F401  (must come before torch_openreg)
-from torch_openreg import _runtime as rt
+
+def _load_runtime_module():
+    name = "torch_openreg._runtime"
+    if name in sys.modules:
+        return sys.modules[name]
+    if "torch_openreg" in sys.modules:
+        import torch_openreg._runtime as mod
+
+        return mod
+    pkg = importlib.util.find_spec("torch_openreg").submodule_search_locations[0]
+    path = next(os.path.join(pkg, f) for f in sorted(os.listdir(pkg))
+                if f.startswith("_runtime.") and f.endswith(".so"))
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    sys.modules[name] = mod
+    return mod
+
+
+rt = _load_runtime_module()
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ALIGN = 512
@@ -38,26 +62,27 @@ def run_python(code: str, env: dict = None, timeout: float = 60) -> subprocess.C
     )
 
 
-# Preamble for child scripts: loads the extension module on its own (it
-# links only libopenreg), skipping the ~1.5 s torch import. Same module, same
-# library, as ``torch_openreg._runtime``.
+# Preamble for child scripts: the runtime module on its own, as above.
 CHILD_PRELUDE = (
     "import ctypes, json, os, sys, time\n"
-    "import importlib.machinery, importlib.util\n"
-    "_pkg = importlib.util.find_spec('torch_openreg').submodule_search_locations[0]\n"
-    "_path = [os.path.join(_pkg, f) for f in os.listdir(_pkg) if f.startswith('_runtime.')][0]\n"
-    "_loader = importlib.machinery.ExtensionFileLoader('_runtime', _path)\n"
-    "rt = importlib.util.module_from_spec(importlib.util.spec_from_loader('_runtime', _loader))\n"
-    "_loader.exec_module(rt)\n"
+    f"sys.path.insert(0, {REPO!r})\n"
+    "from tests.runtime._helpers import rt\n"
     "assert 'torch' not in sys.modules\n"
 )
 
-# The same, through the package (imports torch and the torch glue first).
+# Through the package instead: imports torch, which loads the torch glue.
+# (``import torch`` must come first: importing torch_openreg first re-enters
+# it through torch's backend autoload.)
 CHILD_PRELUDE_WITH_TORCH = (
     "import ctypes, json, os, sys, time\n"
     "import torch\n"
     "from torch_openreg import _runtime as rt\n"
 )
+
+
+class RuntimeHang(AssertionError):
+    """A runtime call that should have returned did not (used by xfail(raises=...)
+    so that a known hang is told apart from any other failure)."""
 
 
 def call_with_timeout(fn, *args, timeout: float = BLOCK_TIMEOUT):
@@ -74,7 +99,7 @@ def call_with_timeout(fn, *args, timeout: float = BLOCK_TIMEOUT):
     t.start()
     t.join(timeout)
     if t.is_alive():
-        raise AssertionError(f"{getattr(fn, '__name__', fn)}{args} did not return "
+        raise RuntimeHang(f"{getattr(fn, '__name__', fn)}{args} did not return "
                              f"within {timeout} s (runtime hang?)")
     if "error" in box:
         raise box["error"]

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from tests.runtime._helpers import ALIGN, MB, REPO, HostBuf, d2h, h2d, on_device, round_up, rt
+from tests.runtime._helpers import ALIGN, MB, REPO, HostBuf, d2h, h2d, round_up, rt
 
 OpenRegError = rt.OpenRegError
 

@@ -26,7 +26,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -36,19 +36,15 @@ from hypothesis.stateful import (
     rule,
 )
 
-from tests.runtime._helpers import (
-    REPO,
-    call_with_timeout,
-    on_device,
-    rt,
-    sync_event,
-    sync_stream,
-)
+from tests.runtime._helpers import REPO, RuntimeHang, call_with_timeout, on_device, rt
 
-CHILD_ENV = "OPENREG_STREAM_MACHINE_CHILD"
+# Child runs (per-process worker counts) are configured through these.
+CHILD_ENV = "OPENREG_STREAM_MACHINE_CHILD"  # number of examples
+CHILD_DEVICES_ENV = "OPENREG_STREAM_MACHINE_DEVICES"  # e.g. "0" or "0,0,1"
+CHILD_FAST_FAIL_ENV = "OPENREG_STREAM_MACHINE_FAST_FAIL"  # no shrinking, short timeouts
 
 MAX_STREAMS = 4  # created ones, besides the default stream
-MAX_GATES = 2  # each closed gate holds one of the device's 4 workers
+MAX_GATES = 2  # each closed gate holds one of the device's workers until released
 
 sleeps = st.sampled_from([0, 0, 0, 50, 200, 1000, 2000])
 
@@ -61,6 +57,12 @@ def _sync_devices():
 
 
 class StreamMachine(RuleBasedStateMachine):
+    # Devices new streams are drawn from (0 twice: device 0 is more likely).
+    DEVICES = (0, 0, 1)
+    # Upper bound (s) on any synchronisation (the queued work is a few ms at
+    # most); a runtime hang fails the test instead of blocking it.
+    TIMEOUT = 5.0
+
     def __init__(self):
         super().__init__()
         self.log = rt.Log()
@@ -76,6 +78,7 @@ class StreamMachine(RuleBasedStateMachine):
         self.released = set()
         self.next_id = 0
         self.next_gate = -1
+        self.hung = False
 
     # ------------------------------------------------------------ helpers
     @staticmethod
@@ -93,22 +96,34 @@ class StreamMachine(RuleBasedStateMachine):
             self.released.add(gid)  # model first: the entry may run at once
             g.release()
 
+    def block(self, fn, *args):
+        """Run a blocking call with the time bound; remember a hang so the
+        teardown does not wait on the stuck runtime again."""
+        try:
+            return call_with_timeout(fn, *args, timeout=self.TIMEOUT)
+        except RuntimeHang:
+            self.hung = True
+            raise
+
     def assert_done(self, ids, what):
         missing = self.entries(ids) - self.logged()
         assert not missing, f"{what}: entries {sorted(missing)} have not run"
 
     # ------------------------------------------------------------ rules
     @initialize(priorities=st.lists(st.integers(-4, 1), min_size=2, max_size=2),
-                devices=st.lists(st.sampled_from([0, 0, 1]), min_size=2, max_size=2))
-    def two_streams(self, priorities, devices):
+                data=st.data())
+    def two_streams(self, priorities, data):
         for e in self.events:
             assert rt.event_query(e)  # never recorded
-        for p, d in zip(priorities, devices):
-            self.create_stream(p, d)
+        for p in priorities:
+            self._create_stream(p, data.draw(st.sampled_from(self.DEVICES), label="device"))
 
     @precondition(lambda self: len(self.created) < MAX_STREAMS)
-    @rule(priority=st.integers(-4, 1), device=st.sampled_from([0, 0, 1]))
-    def create_stream(self, priority, device):
+    @rule(priority=st.integers(-4, 1), data=st.data())
+    def create_stream(self, priority, data):
+        self._create_stream(priority, data.draw(st.sampled_from(self.DEVICES), label="device"))
+
+    def _create_stream(self, priority, device):
         with on_device(device):
             s = rt.stream_create(priority)
         self.created.append(s)
@@ -212,17 +227,17 @@ class StreamMachine(RuleBasedStateMachine):
         self.release_all()
         if what == "stream":
             s = data.draw(st.sampled_from(self.streams), label="stream")
-            sync_stream(s)
+            self.block(rt.stream_synchronize, s)
             assert rt.stream_query(s)
             self.assert_done(self.frontier[s], "after stream_synchronize")
         elif what == "event":
             e = data.draw(st.sampled_from(self.events), label="event")
-            sync_event(e)
+            self.block(rt.event_synchronize, e)
             assert rt.event_query(e)
             if self.event_deps[e] is not None:
                 self.assert_done(self.event_deps[e], "after event_synchronize")
         else:
-            call_with_timeout(_sync_devices)
+            self.block(_sync_devices)
             for s in self.streams:
                 assert rt.stream_query(s)
             for e in self.events:
@@ -263,8 +278,10 @@ class StreamMachine(RuleBasedStateMachine):
 
     def teardown(self):
         self.release_all()
+        if self.hung:
+            return  # already failed; leave the stuck streams alone
         try:
-            call_with_timeout(_sync_devices)
+            self.block(_sync_devices)
             for e in self.events:
                 assert rt.event_query(e)
             self.log_respects_happens_before()
@@ -273,7 +290,8 @@ class StreamMachine(RuleBasedStateMachine):
             for e in self.events:
                 rt.event_destroy(e)
             for s in self.created:
-                call_with_timeout(rt.stream_destroy, s)
+                if not self.hung:
+                    self.block(rt.stream_destroy, s)
 
 
 COMMON = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -281,32 +299,57 @@ COMMON = dict(deadline=None, database=None, suppress_health_check=list(HealthChe
 
 @pytest.mark.runtime
 class TestStreamsStateful(StreamMachine.TestCase):
+    """Default configuration: 4 workers per device, streams on both devices."""
+
     settings = settings(max_examples=150, stateful_step_count=40, **COMMON)
 
 
 if os.environ.get(CHILD_ENV):
 
+    class ChildStreamMachine(StreamMachine):
+        DEVICES = tuple(int(d) for d in os.environ.get(CHILD_DEVICES_ENV, "0,0,1").split(","))
+        TIMEOUT = 1.5 if os.environ.get(CHILD_FAST_FAIL_ENV) else 10.0
+
     @pytest.mark.runtime
-    class TestStreamMachineChild(StreamMachine.TestCase):
-        settings = settings(max_examples=int(os.environ[CHILD_ENV]),
-                            stateful_step_count=40, **COMMON)
+    class TestStreamMachineChild(ChildStreamMachine.TestCase):
+        settings = settings(
+            max_examples=int(os.environ[CHILD_ENV]), stateful_step_count=40,
+            # A hang costs TIMEOUT per replay: report the first failure as is.
+            phases=[Phase.generate] if os.environ.get(CHILD_FAST_FAIL_ENV) else list(Phase),
+            **COMMON,
+        )
+
+
+def run_child_machine(workers: str, devices: str, examples: int, fast_fail: bool):
+    env = dict(os.environ, OPENREG_DEVICE_WORKERS=workers,
+               **{CHILD_ENV: str(examples), CHILD_DEVICES_ENV: devices})
+    if fast_fail:
+        env[CHILD_FAST_FAIL_ENV] = "1"
+    for key in ("OPENREG_DEVICE_COUNT", "OPENREG_DEVICE_MEMORY", "OPENREG_STRICT_MEMORY"):
+        env.pop(key, None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+         os.path.relpath(__file__, REPO), "-k", "TestStreamMachineChild"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=150,
+    )
 
 
 @pytest.mark.runtime
 @pytest.mark.slow
 class TestStreamsFewWorkers:
-    """The same machine where closed gates and sleeps contend for 1-2 workers
-    per device, so the scheduler's priority choice decides what runs."""
+    """The machine with 1-2 workers per device, where closed gates and sleeps
+    contend for the workers and the scheduler's choice decides what runs."""
 
-    @pytest.mark.parametrize("workers", ["1", "2"])
-    def test_machine_with_few_workers(self, workers):
-        env = dict(os.environ, OPENREG_DEVICE_WORKERS=workers, **{CHILD_ENV: "50"})
-        for key in ("OPENREG_DEVICE_COUNT", "OPENREG_DEVICE_MEMORY", "OPENREG_STRICT_MEMORY"):
-            env.pop(key, None)
-        res = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-             os.path.relpath(__file__, REPO), "-k", "TestStreamMachineChild"],
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=120,
-        )
+    def test_two_workers_two_devices(self):
+        # Cross-device waits with few workers once exposed a lost wake-up
+        # (a marker completed by a host-thread query did not wake workers).
+        res = run_child_machine("2", "0,1", examples=50, fast_fail=False)
+        assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-3000:]
+        assert "1 passed" in res.stdout, res.stdout[-2000:]
+
+    def test_one_worker(self):
+        res = run_child_machine("1", "0", examples=200, fast_fail=True)
+        if res.returncode != 0 and "RuntimeHang" in res.stdout:
+            raise RuntimeHang(res.stdout[-6000:])
         assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-3000:]
         assert "1 passed" in res.stdout, res.stdout[-2000:]
