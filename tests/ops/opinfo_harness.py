@@ -44,6 +44,9 @@ import warnings
 import torch
 
 DEV = "openreg"
+# The device samples are copied to: openreg:0 (the current device), or
+# openreg:1 for the "device1" variant (see on_device).
+TARGET = torch.device(DEV, 0)
 SEED = 0
 # Fixed seed of the backward weights (a generator of their own, so the global
 # CPU generator state that random ops consume is not disturbed).
@@ -83,7 +86,11 @@ OPS = {op_id(op): op for op in op_db}
 # ---------------------------------------------------------------------------
 
 FLOAT, INT, LOWP, BACKWARD = "float32", "int", "lowp", "backward"
-GROUPS = (FLOAT, INT, LOWP, BACKWARD)
+# float32 forward (function variant) and gradients again, with the samples on
+# openreg:1 while openreg:0 is the current device: every result must be on
+# the device of its inputs.
+DEVICE1 = "device1"
+GROUPS = (FLOAT, INT, LOWP, BACKWARD, DEVICE1)
 
 
 def group_dtype(op, group):
@@ -105,13 +112,16 @@ def group_dtype(op, group):
         if not op.supports_autograd:
             return None
         return torch.float32 if torch.float32 in op.supported_backward_dtypes("cpu") else None
+    if group == DEVICE1:
+        return group_dtype(op, FLOAT)
     raise ValueError(group)
 
 
 def group_label(op, group) -> str:
-    """The skip-table key component of a group: a dtype name or "backward"."""
-    if group == BACKWARD:
-        return "backward"
+    """The skip-table key component of a group: a dtype name, "backward" or
+    "device1"."""
+    if group in (BACKWARD, DEVICE1):
+        return group
     return str(group_dtype(op, group)).replace("torch.", "")
 
 
@@ -179,9 +189,9 @@ def _map_device(obj, to_dev):
     if not to_dev:
         return obj
     if isinstance(obj, torch.device) and obj.type == "cpu":
-        return torch.device(DEV)
+        return TARGET
     if isinstance(obj, str) and obj == "cpu":
-        return DEV
+        return str(TARGET)
     if isinstance(obj, list):
         return [_map_device(o, to_dev) for o in obj]
     if isinstance(obj, tuple) and not isinstance(obj, torch.Size) and not hasattr(obj, "_fields"):
@@ -214,7 +224,7 @@ def replicate(t: torch.Tensor, device) -> torch.Tensor:
 
 
 def to_openreg(t):
-    return replicate(t, DEV)
+    return replicate(t, TARGET)
 
 
 def to_cpu_copy(t):
@@ -264,7 +274,7 @@ def _names_device(obj):
     if isinstance(obj, torch.device):
         return obj.type == DEV
     if isinstance(obj, str):
-        return obj == DEV
+        return obj.startswith(DEV)
     if isinstance(obj, (list, tuple)):
         return any(_names_device(o) for o in obj)
     if isinstance(obj, dict):
@@ -345,9 +355,9 @@ def _close(dev, cpu, pol, what):
 def compare_tensor(dev, cpu, pol, what, strides=True, values=True):
     if not isinstance(dev, torch.Tensor):
         raise Mismatch(f"{what}: CPU returned a tensor, openreg a {type(dev).__name__}")
-    want = DEV if cpu.device.type == "cpu" else cpu.device.type
-    if dev.device.type != want:
-        raise Mismatch(f"{what}: result on {dev.device}, expected an {want} tensor")
+    want = TARGET if cpu.device.type == "cpu" else cpu.device
+    if dev.device != want:
+        raise Mismatch(f"{what}: result on {dev.device}, expected a tensor on {want}")
     if dev.dtype != cpu.dtype:
         raise Mismatch(f"{what}: dtype {dev.dtype} != CPU {cpu.dtype}")
     if dev.shape != cpu.shape:
@@ -528,7 +538,7 @@ def run_out(op, sample, pol):
     if exc is not None:
         raise NotApplicable("the function variant raises")
     dev, cpu = _prepare_both(op, sample)
-    cpu_o, dev_o = _out_like(ref, "cpu"), _out_like(ref, DEV)
+    cpu_o, dev_o = _out_like(ref, "cpu"), _out_like(ref, TARGET)
     cpu.kwargs = dict(cpu.kwargs, out=cpu_o)
     dev.kwargs = dict(dev.kwargs, out=dev_o)
     with torch.no_grad():
@@ -598,7 +608,7 @@ def run_backward(op, sample, pol):
     if not cpu_g:
         raise NotApplicable("no differentiable output")
     w = _weights(cpu_g)
-    wd = [x.to(DEV) for x in w]
+    wd = [x.to(TARGET) for x in w]
 
     def grads(outs, ws, leaves):
         _seed()
@@ -625,23 +635,28 @@ def samples_of(op, group):
 
 
 def variants_of(op, group):
-    """(name, callable) run on every sample of a group. float32 also runs the
-    in-place variant, the function on non-contiguous copies of the sample
-    (SampleInput.noncontiguous) and the function with out= tensors."""
+    """[(variant name, callable, group whose samples it runs on)]. float32 also
+    runs the in-place variant, the function on non-contiguous copies of the
+    samples (SampleInput.noncontiguous) and the function with out= tensors."""
     if group == BACKWARD:
-        return [("backward", op.op)]
-    v = [("function", op.op)]
+        return [("backward", op.op, BACKWARD)]
+    if group == DEVICE1:
+        v = [("function", op.op, FLOAT)]
+        if group_dtype(op, BACKWARD) is not None:
+            v.append(("backward", op.op, BACKWARD))
+        return v
+    v = [("function", op.op, group)]
     if group == FLOAT:
         if op.inplace_variant is not None:
-            v.append(("inplace", op.inplace_variant))
-        v.append(("noncontiguous", op.op))
+            v.append(("inplace", op.inplace_variant, group))
+        v.append(("noncontiguous", op.op, group))
         if op.supports_out:
-            v.append(("out", op.op))
+            v.append(("out", op.op, group))
     return v
 
 
-def _run_one(op, group, vname, fn, sample, pol):
-    if group == BACKWARD:
+def _run_one(op, vname, fn, sample, pol):
+    if vname == "backward":
         run_backward(op, sample, pol)
     elif vname == "noncontiguous":
         nc = sample.noncontiguous()
@@ -660,27 +675,46 @@ def _tensors_of(sample):
     return [v[0] for v in memo.values()]
 
 
+@contextlib.contextmanager
+def on_device(index):
+    """Copy samples to openreg:<index> (the current device stays openreg:0)."""
+    global TARGET
+    prev, TARGET = TARGET, torch.device(DEV, index)
+    try:
+        yield
+    finally:
+        TARGET = prev
+
+
+def _work(op, group, limit=None):
+    """[(sample index, sample, variant name, callable)] of a group."""
+    cache = {}
+    work = []
+    for vname, fn, sgroup in variants_of(op, group):
+        if sgroup not in cache:
+            cache[sgroup] = samples_of(op, sgroup)[:limit]
+        work += [(i, s, vname, fn) for i, s in enumerate(cache[sgroup])]
+    if group == FLOAT:
+        # Inputs the op must reject: openreg must raise what the CPU raises.
+        work += [(i, s, "error_input", op.op) for i, s in enumerate(error_samples(op))]
+    return work
+
+
 def run_group(op, group, *, values=True, limit=None):
     """Run every sample of (op, group); returns a list of Result (samples that
     do not exercise openreg are left out)."""
     pol = Policy(tol=op_tolerance(op, group_dtype(op, group)), values=values)
     results = []
-    with quiet():
+    with quiet(), on_device(1 if group == DEVICE1 else 0):
         try:
-            samples = samples_of(op, group)
+            work = _work(op, group, limit)
         except Exception as e:  # noqa: BLE001
             return [Result(-1, "samples", "fail",
                            f"sample_inputs raised {type(e).__name__}: {_first(e)}")]
-        if limit is not None:
-            samples = samples[:limit]
-        work = [(i, s, vname, fn) for i, s in enumerate(samples) for vname, fn in variants_of(op, group)]
-        if group == FLOAT:
-            # Inputs the op must reject: openreg must raise what the CPU raises.
-            work += [(i, s, "error_input", op.op) for i, s in enumerate(error_samples(op))]
         for i, sample, vname, fn in work:
             r = Result(i, vname, "pass", sample=describe(sample))
             try:
-                _run_one(op, group, vname, fn, sample, pol)
+                _run_one(op, vname, fn, sample, pol)
             except NotApplicable:
                 continue
             except Mismatch as e:
@@ -698,12 +732,9 @@ def count_samples(op, group):
     """How many samples (x variants) a skipped group has, without running them."""
     try:
         with quiet():
-            n = len(samples_of(op, group)) * len(variants_of(op, group))
-            if group == FLOAT:
-                n += len(error_samples(op))
+            return max(len(_work(op, group)), 1)
     except Exception:  # noqa: BLE001
         return 1
-    return max(n, 1)
 
 
 # ---------------------------------------------------------------------------

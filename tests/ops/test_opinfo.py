@@ -1,10 +1,16 @@
 """PyTorch's OpInfo database run on openreg, with the CPU as oracle.
 
 For every OpInfo entry of ``torch.testing._internal.common_methods_invocations.op_db``
-and every group it supports on the CPU (float32 forward, with the in-place
-variant too; int64, else int32, forward; bfloat16, else float16, forward;
-float32 gradients), each ``sample_inputs("cpu", dtype)`` is run on the CPU and,
-copied to openreg, on openreg; see ``opinfo_harness.py`` for what "same" means.
+and every group it supports on the CPU, each ``sample_inputs("cpu", dtype)`` is
+run on the CPU and, copied to openreg, on openreg (see ``opinfo_harness.py``
+for what "same" means). The groups:
+
+* ``float32``: the function, the in-place variant, the function on
+  non-contiguous copies and with ``out=`` tensors, and ``error_inputs``;
+* ``int64`` (else ``int32``) and ``bfloat16`` (else ``float16``): the function;
+* ``backward``: float32 gradients;
+* ``device1``: float32 function and gradients with the samples on openreg:1
+  while openreg:0 is current.
 Skips and their reasons live in ``opinfo_skips.py``.
 
 One test per (op, group), e.g. ``test_op[nn.functional.conv2d-bfloat16]``;
@@ -17,6 +23,7 @@ rate. To look at one failure:
 import faulthandler
 
 import pytest
+import torch
 
 from . import opinfo_harness as H
 from .opinfo_skips import SKIPS, VALUES_UNCHECKED
@@ -58,6 +65,8 @@ def _report(op_name, group, failures, total):
 
 def _run(op_name, group, record):
     op = H.OPS[op_name]
+    if group == H.DEVICE1 and torch.openreg.device_count() < 2:
+        pytest.skip("the device1 group needs two openreg devices (OPENREG_DEVICE_COUNT >= 2)")
     reason = H.lookup(SKIPS, op, group)
     if reason is not None:
         if record:
@@ -87,6 +96,25 @@ def summary_line():
     return (f"OPINFO SUMMARY: ops={len(STATS['ops'])} samples={STATS['samples']} "
             f"passed={STATS['passed']} failed={STATS['failed']} skipped={STATS['skipped']} "
             f"pass_rate={rate:.2f}%"), rate
+
+
+@pytest.mark.ops
+@pytest.mark.smoke
+class TestOpInfoSkipTable:
+    def test_skip_keys_name_existing_groups(self):
+        """A key must name an OpInfo entry and, if it has a third element,
+        one of that entry's groups (so renamed ops or dtypes do not leave
+        stale entries behind)."""
+        labels = {}
+        for o, g in CASES:
+            op = H.OPS[o]
+            labels.setdefault((op.name, op.variant_test_name), set()).add(H.group_label(op, g))
+        for table in (SKIPS, VALUES_UNCHECKED):
+            for key, reason in table.items():
+                assert key[:2] in labels, f"{key}: no such OpInfo entry"
+                assert len(key) == 2 or key[2] in labels[key[:2]], \
+                    f"{key}: the entry's groups are {sorted(labels[key[:2]])}"
+                assert isinstance(reason, str) and len(reason) > 20, f"{key}: give a specific reason"
 
 
 @pytest.mark.ops
