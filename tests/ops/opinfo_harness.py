@@ -3,31 +3,47 @@
 Used by ``tests/ops/test_opinfo.py``; also a triage tool for whoever fixes a
 failure (``python -m tests.ops.opinfo_harness --help``):
 
-    python -m tests.ops.opinfo_harness add nn.functional.conv2d   # run some ops, print failures
-    python -m tests.ops.opinfo_harness --all --isolate            # every op, crash-safe
+    python -m tests.ops.opinfo_harness add nn.functional.conv2d -v   # some ops, print failures
+    python -m tests.ops.opinfo_harness --all --isolate               # every op, crash-safe
+    OPINFO_EXACT=1 python -m tests.ops.opinfo_harness --all          # bit-for-bit comparison
 
 What one *sample* is: one ``SampleInput`` of ``op.sample_inputs("cpu", dtype)``
-run once through one variant (the function, or the in-place variant for
-float32) on the CPU and once, moved with ``.to("openreg")``, on openreg. It
+run once through one variant on the CPU and once, copied to openreg with its
+exact strides and storage, on openreg. The variants (``variants_of``): the
+function for every group; for float32 also the in-place variant, the function
+on ``SampleInput.noncontiguous()`` copies, the function with empty ``out=``
+tensors, and ``op.error_inputs``; the gradients for "backward"; the function
+and the gradients on openreg:1 (openreg:0 current) for "device1". A sample
 passes when
 
 * both sides raise exceptions of the same type, or
 * neither raises, and the outputs have the same structure; each output tensor
-  is on openreg, with the CPU's dtype, shape and strides and the CPU's values
-  (``torch.testing.assert_close``: the op's own tolerance overrides where it
-  has some, exact for integers); an output aliases an input on openreg exactly
-  when it does on the CPU (views stay views, fresh results stay fresh); and the
-  inputs have the same values afterwards (in-place mutation).
+  is on the inputs' openreg device, with the CPU's dtype, shape and strides
+  and the CPU's values (``torch.testing.assert_close``: the op's own
+  tolerance overrides where it has some, exact for integers); an output
+  aliases an input on openreg exactly when it does on the CPU (views stay
+  views, fresh results stay fresh); and the arguments have the same values
+  afterwards (in-place mutation, out=).
 
-Backward samples (float32, ``requires_grad=True``) also backpropagate
+Samples that do not touch openreg (no tensor or device argument, e.g.
+``torch.arange(3)``) or have nothing to differentiate are not counted.
+
+Backward samples (float32, ``requires_grad=True``) backpropagate
 ``sum(out * w)`` over the floating outputs, with the same fixed random ``w``
 on both devices, and compare the gradients of every input that requires grad.
 
 Random operators run with equal seeds on both devices (``torch.manual_seed``
-seeds the CPU and openreg generators, which use the same mt19937 engine).
+seeds the CPU and openreg generators, which use the same mt19937 engine; the
+OpInfo wrappers of random ops also reseed with ``torch.manual_seed``).
 
 The CPU's own kernels run on openreg (see openreg_python/csrc/aten/Fallback.cpp),
-so for a deterministic operator the results are expected bit-for-bit equal.
+so for a deterministic operator the results are expected bit-for-bit equal
+(``OPINFO_EXACT=1`` checks that: the only operators that differ at all are
+those of the BUG and NOT OPENREG entries of opinfo_skips.py, whose float32
+results also differ within tolerance; linalg.lstsq, whose default driver
+PyTorch picks by device type; and mish's backward, which like the composite
+BUG entries has both a CPU and a CompositeImplicitAutograd kernel and so runs
+the latter on openreg; all within the float32 tolerance).
 """
 
 from __future__ import annotations
