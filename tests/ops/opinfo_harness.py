@@ -716,9 +716,11 @@ def _work(op, group, limit=None):
     return work
 
 
-def run_group(op, group, *, values=True, limit=None):
+def run_group(op, group, *, values=True, limit=None, sample_skip=None):
     """Run every sample of (op, group); returns a list of Result (samples that
-    do not exercise openreg are left out)."""
+    do not exercise openreg are left out). `sample_skip` is an optional
+    (predicate(sample) -> bool, reason) from opinfo_skips.SAMPLE_SKIPS: matching
+    samples are reported with status "skip" instead of being run."""
     pol = Policy(tol=op_tolerance(op, group_dtype(op, group)), values=values)
     results = []
     with quiet(), on_device(1 if group == DEVICE1 else 0):
@@ -729,6 +731,10 @@ def run_group(op, group, *, values=True, limit=None):
                            f"sample_inputs raised {type(e).__name__}: {_first(e)}")]
         for i, sample, vname, fn in work:
             r = Result(i, vname, "pass", sample=describe(sample))
+            if sample_skip is not None and vname != "error_input" and sample_skip[0](sample):
+                r.status, r.message = "skip", sample_skip[1]
+                results.append(r)
+                continue
             try:
                 _run_one(op, vname, fn, sample, pol)
             except NotApplicable:

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from . import opinfo_harness as H
-from .opinfo_skips import SKIPS, VALUES_UNCHECKED
+from .opinfo_skips import SAMPLE_SKIPS, SKIPS, VALUES_UNCHECKED
 
 # A hung operator kills the run after this long with every thread's stack
 # (instead of hanging CI): no group takes more than a few seconds.
@@ -77,15 +77,18 @@ def _run(op_name, group, record):
         pytest.skip(reason)
     faulthandler.dump_traceback_later(WATCHDOG_SECONDS, exit=True)
     try:
-        results = H.run_group(op, group, values=H.lookup(VALUES_UNCHECKED, op, group) is None)
+        results = H.run_group(op, group, values=H.lookup(VALUES_UNCHECKED, op, group) is None,
+                              sample_skip=H.lookup(SAMPLE_SKIPS, op, group))
     finally:
         faulthandler.cancel_dump_traceback_later()
     failures = [r for r in results if r.status == "fail"]
+    skipped = [r for r in results if r.status == "skip"]
     if record:
         STATS["ops"].add(op_name)
         STATS["samples"] += len(results)
-        STATS["passed"] += len(results) - len(failures)
+        STATS["passed"] += len(results) - len(failures) - len(skipped)
         STATS["failed"] += len(failures)
+        STATS["skipped"] += len(skipped)
     if failures:
         pytest.fail(_report(op_name, group, failures, len(results)), pytrace=False)
 
@@ -115,6 +118,9 @@ class TestOpInfoSkipTable:
                 assert len(key) == 2 or key[2] in labels[key[:2]], \
                     f"{key}: the entry's groups are {sorted(labels[key[:2]])}"
                 assert isinstance(reason, str) and len(reason) > 20, f"{key}: give a specific reason"
+        for key, (predicate, reason) in SAMPLE_SKIPS.items():
+            assert key[:2] in labels, f"{key}: no such OpInfo entry"
+            assert callable(predicate) and len(reason) > 20, f"{key}: give a predicate and a reason"
 
 
 @pytest.mark.ops

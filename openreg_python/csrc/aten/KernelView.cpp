@@ -139,7 +139,7 @@ void AliasSet::finalize_storages() {
       c10::DataPtr fresh = a->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
       c10::DataPtr dev;
       if (isKernelViewDataPtr(fresh) && fresh.get()) {
-        dev = rehomeKernelViewDataPtr(std::move(fresh));
+        dev = rehomeKernelViewDataPtr(std::move(fresh), device_);
       } else {
         TORCH_INTERNAL_ASSERT(fresh.get() == nullptr,
                               "openreg: a kernel replaced a storage with host memory");
@@ -168,7 +168,7 @@ c10::Storage AliasSet::adopt_storage(const c10::Storage& cpu_storage) {
     c10::DataPtr taken = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
     size_t nbytes = impl->nbytes();
     out = c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
-                       rehomeKernelViewDataPtr(std::move(taken)),
+                       rehomeKernelViewDataPtr(std::move(taken), device_),
                        getDeviceAllocator(), /*resizable=*/true);
     // Keep the CPU storage pointing at the same bytes for any other CPU
     // tensor that still views it until it dies (it no longer owns them).

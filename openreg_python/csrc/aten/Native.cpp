@@ -9,6 +9,7 @@
 #include "CpuKernel.h"
 
 #include <ATen/CPUFunctions.h>
+#include <ATen/Functions.h>
 #include <torch/library.h>
 
 // An at::cpu function whose name is overloaded needs its signature spelled out.
@@ -107,6 +108,58 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OPENREG_CPU_KERNEL(m, "max_pool2d_with_indices", at::cpu::max_pool2d_with_indices);
   OPENREG_CPU_KERNEL(m, "max_pool2d_with_indices_backward",
                      at::cpu::max_pool2d_with_indices_backward);
+}
+
+}  // namespace torch_openreg
+
+namespace torch_openreg {
+namespace {
+
+// aten::mode.values has only a CompositeExplicitAutograd kernel, and that
+// kernel refuses every device but CPU/CUDA/XPU. Compute the functional mode
+// on the device (the CPU kernel, in place) and write the out= tensors the way
+// that composite does, with the CPU's checks and messages.
+std::tuple<at::Tensor&, at::Tensor&> mode_values(const at::Tensor& self, int64_t dim,
+                                                 bool keepdim, at::Tensor& values,
+                                                 at::Tensor& indices) {
+  TORCH_CHECK(self.device() == values.device(),
+              "expected device '", self.device(), "' but got '", values.device(),
+              "' for values output");
+  TORCH_CHECK(self.device() == indices.device(),
+              "expected device '", self.device(), "' but got '", indices.device(),
+              "' for indices output");
+  TORCH_CHECK(self.scalar_type() == values.scalar_type(),
+              "mode(): expected values tensor to have same dtype as self, but got ",
+              values.scalar_type(), " and ", self.scalar_type());
+  TORCH_CHECK(indices.scalar_type() == at::kLong,
+              "mode(): Expected indices tensor to have dtype int64, but got ",
+              indices.scalar_type());
+  auto [v, i] = at::mode(self, dim, keepdim);
+  values.resize_as_(v).copy_(v);
+  indices.resize_as_(i).copy_(i);
+  return {values, indices};
+}
+
+// aten::addr_ is a composite that calls addr.out with `self` passed twice as
+// the same C++ object, and the CPU kernel tells in-place from out-of-place
+// by object address (an in-place 0-d self is an error, not a broadcast).
+// The fallback's boxed arguments are distinct objects, so do the same call
+// here with one alias.
+at::Tensor& addr_(at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2,
+                  const c10::Scalar& beta, const c10::Scalar& alpha) {
+  auto device = self.device().index();
+  AliasSet set(device);
+  at::Tensor s = set.alias(self), v1 = set.alias(vec1), v2 = set.alias(vec2);
+  launch_kernel(device, "addr_", [&] { at::cpu::addr_outf(s, v1, v2, beta, alpha, s); });
+  set.sync_back(self, s);
+  return self;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mode.values", TORCH_FN(mode_values));
+  m.impl("addr_", TORCH_FN(addr_));
 }
 
 }  // namespace torch_openreg

@@ -505,15 +505,14 @@ bool isDeviceDataPtr(const c10::DataPtr& ptr) {
          ptr.device().type() == c10::DeviceType::PrivateUse1;
 }
 
-c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr) {
+c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr, c10::DeviceIndex device) {
   TORCH_INTERNAL_ASSERT(isKernelViewDataPtr(ptr));
   void* kv = ptr.get();
   Block* block = kv ? take_kv_block(kv) : nullptr;
   TORCH_INTERNAL_ASSERT(!kv || block, "openreg: unknown kernel-view allocation");
   ptr.release_context();  // ownership moves to the new DataPtr
-  if (!block) {
-    return {nullptr, nullptr, &deleter,
-            c10::Device(c10::DeviceType::PrivateUse1, current_device())};
+  if (!block) {  // a zero-byte allocation: no block, but still this device's
+    return {nullptr, nullptr, &deleter, c10::Device(c10::DeviceType::PrivateUse1, device)};
   }
   return {block->ptr, block, &deleter,
           c10::Device(c10::DeviceType::PrivateUse1, block->device)};

@@ -19,9 +19,9 @@ bool isKernelViewDataPtr(const c10::DataPtr& ptr);
 // Frees a kernel-view allocation by address (Allocator::raw_deallocate
 // path); false if `kv` is not one.
 bool freeKernelViewPointer(void* kv);
-// Converts a DataPtr made by allocateKernelView into the openreg DataPtr of
-// the same block, without copying.
-c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr);
+// Converts a DataPtr made by allocateKernelView on `device` into the openreg
+// DataPtr of the same block, without copying.
+c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr, c10::DeviceIndex device);
 // True if the DataPtr is an openreg device allocation made by this allocator.
 bool isDeviceDataPtr(const c10::DataPtr& ptr);
 
