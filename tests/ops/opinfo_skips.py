@@ -61,14 +61,6 @@ VALUES_UNCHECKED = {
 }
 
 
-# -- DIFFERENT ROUNDING: same math, different accumulation order. -----------
-SKIPS.update({
-    ("nn.functional.scaled_dot_product_attention", "", "bfloat16"):
-        "DIFFERENT ROUNDING: for bfloat16 the CPU picks its flash kernel, which rounds "
-        "per block, while openreg's fused SDPA kernel (Attention.cpp) computes in float32 "
-        "and rounds once: 3 of the 13 dropout-free samples differ in one element by a few "
-        "bfloat16 ulps (up to 0.06 relative). float32 forward and backward are compared.",
-})
 
 
 # Individual samples, by predicate: (op name, variant[, group]) ->

@@ -40,9 +40,12 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <deque>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -237,6 +240,94 @@ at::Tensor keep_mask(const at::Tensor& like, double dropout_p, uint64_t seed) {
   return keep;
 }
 
+// What a dropout forward computed, by seed, until its backward takes it: the
+// keep-mask (a bernoulli draw per weight, the costliest step) and the softmax
+// probabilities, so the backward needs neither to regenerate the mask nor to
+// recompute the scores and softmax -- the same tensors the CPU's math path
+// keeps in its autograd graph. Only a cache: a missing entry (evicted, or a
+// forward without backward) is recomputed from the seed with identical
+// results. The tensors stay in device memory (the kernel allocated them);
+// the cache is bounded so that forwards without backwards cannot hoard it.
+// Vendor: a real fused kernel regenerates its mask from Philox seed/offset;
+// this cache is the simulation's shortcut for an expensive host RNG.
+class KeepMaskCache {
+ public:
+  struct Entry {
+    at::Tensor keep, probs;
+    bool taken = false;
+    size_t bytes() const { return keep.nbytes() + probs.nbytes(); }
+  };
+  // A forward is identified by its seed *and* its inputs: users may reseed
+  // (gradcheck does, for every evaluation), so equal seeds alone do not mean
+  // the same forward. The inputs' version counters change with every
+  // in-place update, and autograd guarantees the backward sees the versions
+  // its forward saw.
+  struct Key {
+    uint64_t seed;
+    std::array<const void*, 4> data;
+    std::array<uint32_t, 4> version;
+    bool operator==(const Key& o) const {
+      return seed == o.seed && data == o.data && version == o.version;
+    }
+  };
+  static Key key(uint64_t seed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const at::Tensor& bias) {
+    Key r{seed, {}, {}};
+    const at::Tensor* ts[4] = {&q, &k, &v, &bias};
+    for (int i = 0; i < 4; ++i) {
+      if (ts[i]->defined()) {
+        r.data[i] = ts[i]->const_data_ptr();
+        r.version[i] = ts[i]->_version();
+      }
+    }
+    return r;
+  }
+  void put(const Key& seed, Entry e) {
+    const size_t bytes = e.bytes();
+    std::lock_guard<std::mutex> g(mu_);
+    // Entries a backward has used go once the next forward runs: until then
+    // a second backward over the same graph (retain_graph, gradcheck's
+    // reentrancy check) finds exactly the same tensors.
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (it->second.taken) {
+        bytes_ -= it->second.bytes();
+        it = entries_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (bytes > kMaxBytes) return;
+    entries_.emplace_back(seed, std::move(e));
+    bytes_ += bytes;
+    while (bytes_ > kMaxBytes || entries_.size() > kMaxEntries) {
+      bytes_ -= entries_.front().second.bytes();
+      entries_.pop_front();
+    }
+  }
+  Entry take(const Key& seed) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [k, e] : entries_) {
+      if (k == seed) {
+        e.taken = true;
+        return e;
+      }
+    }
+    return Entry();
+  }
+
+ private:
+  static constexpr size_t kMaxBytes = size_t(256) << 20;
+  static constexpr size_t kMaxEntries = 256;
+  std::mutex mu_;
+  std::deque<std::pair<Key, Entry>> entries_;
+  size_t bytes_ = 0;
+};
+
+KeepMaskCache& keep_mask_cache() {
+  static auto* c = new KeepMaskCache();
+  return *c;
+}
+
 double keep_scale(double dropout_p) { return dropout_p < 1.0 ? 1.0 / (1.0 - dropout_p) : 0.0; }
 
 // An empty tensor shaped `sizes` whose dimensions are ordered in memory like
@@ -274,12 +365,17 @@ struct ForwardResult {
 ForwardResult attention_forward_kernel(const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& v, const at::Tensor& bias,
                                        double dropout_p, bool is_causal, double scale,
-                                       std::optional<uint64_t> seed, bool return_debug) {
+                                       std::optional<uint64_t> seed, bool return_debug,
+                                       const KeepMaskCache::Key& cache_key) {
   const auto cdt = at::toOpMathType(q.scalar_type());  // bf16/fp16 compute in fp32
   const int64_t groups = q.size(-3) / k.size(-3);
   Scores sc = scores_and_probs(q, k, bias, is_causal, scale, groups, cdt);
   at::Tensor weights = sc.p;
-  if (seed) weights = sc.p * keep_mask(sc.p, dropout_p, *seed) * keep_scale(dropout_p);
+  if (seed) {
+    at::Tensor keep = keep_mask(sc.p, dropout_p, *seed);
+    keep_mask_cache().put(cache_key, {keep, sc.p});
+    weights = sc.p * keep * keep_scale(dropout_p);
+  }
   at::Tensor out = at::matmul(weights, expand_heads(v, groups).to(cdt));
   ForwardResult r;
   r.out = with_layout_of(out, q, q.scalar_type());
@@ -298,15 +394,30 @@ BackwardResult attention_backward_kernel(const at::Tensor& dout, const at::Tenso
                                          const at::Tensor& bias, double dropout_p,
                                          bool is_causal, double scale,
                                          std::optional<uint64_t> seed,
-                                         std::array<bool, 4> need) {
+                                         std::array<bool, 4> need,
+                                         const KeepMaskCache::Key& cache_key) {
   // logsumexp is float32 by the op's contract, too coarse to rebuild float64
-  // probabilities as exp(s - lse); recomputing the softmax costs one more
-  // reduction and is exact in every dtype.
+  // probabilities as exp(s - lse); recomputing the softmax as the math path
+  // does keeps the CPU's numbers in every dtype.
   const auto cdt = at::toOpMathType(q.scalar_type());
   const int64_t groups = q.size(-3) / k.size(-3);
-  Scores sc = scores_and_probs(q, k, bias, is_causal, scale, groups, cdt);
+  KeepMaskCache::Entry saved;
+  if (seed) saved = keep_mask_cache().take(cache_key);
+  Scores sc;
+  if (saved.probs.defined() && saved.probs.scalar_type() == cdt) {
+    // The forward's probabilities: no second q @ k^T and softmax.
+    sc.qs = q.to(cdt).mul(scale);
+    sc.kx = expand_heads(k, groups).to(cdt);
+    sc.p = saved.probs;
+  } else {
+    sc = scores_and_probs(q, k, bias, is_causal, scale, groups, cdt);
+  }
   at::Tensor keep_scaled;  // mask / (1 - p): what forward multiplied P by
-  if (seed) keep_scaled = keep_mask(sc.p, dropout_p, *seed).to(cdt).mul_(keep_scale(dropout_p));
+  if (seed) {
+    at::Tensor keep = saved.keep;
+    if (!keep.defined() || keep.sizes() != sc.p.sizes()) keep = keep_mask(sc.p, dropout_p, *seed);
+    keep_scaled = keep.to(cdt).mul_(keep_scale(dropout_p));
+  }
   at::Tensor g = dout.to(cdt);
   at::Tensor vx = expand_heads(v, groups).to(cdt);
 
@@ -315,7 +426,8 @@ BackwardResult attention_backward_kernel(const at::Tensor& dout, const at::Tenso
   at::Tensor dp = at::matmul(g, vx.transpose(-2, -1));
   if (seed) dp.mul_(keep_scaled);
   // softmax backward: dS = P * (dP - rowsum(dP * P)); masked entries have P = 0.
-  at::Tensor ds = sc.p * (dp - (dp * sc.p).sum(-1, /*keepdim=*/true));
+  // (ATen's fused CPU kernel for it, as the math path's autograd uses.)
+  at::Tensor ds = at::_softmax_backward_data(dp, sc.p, -1, cdt);
 
   auto fold_groups = [&](const at::Tensor& t) {
     // Sum the gradient of each repeated key/value head back into its group.
@@ -341,6 +453,26 @@ BackwardResult attention_backward_kernel(const at::Tensor& dout, const at::Tenso
     r.dbias = with_layout_of(ds.sum_to_size(bias.sizes()), bias, bias.scalar_type());
   }
   return r;
+}
+
+// ------------------------------------------------------------ the CPU's flash kernel
+// Where the CPU itself would run its fused flash-attention kernel (no
+// dropout, float32/bf16/fp16, 4-D inputs with equal head counts and head
+// dims, unit-stride last dims), openreg runs that same kernel in place: the
+// results are the CPU's bit for bit and it is several times faster than the
+// generic kernels above (which remain for dropout, float64, grouped-query,
+// 3-D inputs and gradients of a float mask). The choice depends only on the
+// inputs, so a backward always takes the path its forward took.
+// Vendor: this is where a device with several attention kernels picks one.
+bool use_cpu_flash(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const at::Tensor& bias, double dropout_p) {
+  const auto t = q.scalar_type();
+  if (dropout_p != 0.0 || !(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf)) return false;
+  if (q.dim() != 4 || q.size(1) != k.size(1) || v.size(-1) != q.size(-1)) return false;
+  if (q.stride(-1) != 1 || k.stride(-1) != 1 || v.stride(-1) != 1) return false;
+  if (q.numel() == 0 || k.numel() == 0) return false;
+  if (bias.defined() && bias.scalar_type() != at::kBool && bias.scalar_type() != t) return false;
+  return true;
 }
 
 // ------------------------------------------------------------ the operators
@@ -374,15 +506,28 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
   at::Tensor philox_offset = at::zeros({}, at::TensorOptions().dtype(at::kLong));
   // [docs:sdpa-seed:end]
 
+  const auto cache_key = KeepMaskCache::key(seed.value_or(0), query, key, value, bias);
   AliasSet set(device);
   at::Tensor q = set.alias(query), k = set.alias(key), v = set.alias(value);
   at::Tensor b = set.alias(bias);
   ForwardResult r;
+  if (use_cpu_flash(query, key, value, bias, dropout_p) && !return_debug_mask) {
+    launch_kernel(device, "sdpa_overrideable_forward", [&] {
+      std::optional<at::Tensor> mask;
+      if (b.defined()) mask = b;
+      auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
+                                                                     mask, sc);
+      r.out = with_layout_of(o, q, q.scalar_type());
+      r.lse = lse.to(at::kFloat);
+    });
+    return {set.unwrap(r.out), set.unwrap(r.lse), at::Tensor(), at::Tensor(),
+            c10::SymInt(s.L), c10::SymInt(s.S), philox_seed, philox_offset, at::Tensor()};
+  }
   launch_kernel(device, "sdpa_overrideable_forward", [&] {
     r = attention_forward_kernel(s.batched ? q : q.unsqueeze(0),
                                  s.batched ? k : k.unsqueeze(0),
                                  s.batched ? v : v.unsqueeze(0), b, dropout_p, is_causal, sc,
-                                 seed, return_debug_mask);
+                                 seed, return_debug_mask, cache_key);
     if (!s.batched) {
       r.out = r.out.squeeze(0);
       if (r.debug.defined()) r.debug = r.debug.squeeze(0);
@@ -418,14 +563,32 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
   const auto device = query.device().index();
   const double sc = softmax_scale(scale, s.E);
 
+  const auto cache_key = KeepMaskCache::key(seed.value_or(0), query, key, value, attn_bias);
   AliasSet set(device);
   at::Tensor g = set.alias(grad_out), q = set.alias(query), k = set.alias(key),
              v = set.alias(value), b = set.alias(attn_bias);
   BackwardResult r;
+  // A float mask that needs its gradient takes the generic kernel: the flash
+  // backward does not produce one (its recomputation matches the forward).
+  const bool mask_grad = grad_input_mask[3] && attn_bias.defined() &&
+                         attn_bias.scalar_type() != at::kBool;
+  if (use_cpu_flash(query, key, value, attn_bias, dropout_p) && !mask_grad) {
+    at::Tensor o = set.alias(out), lse = set.alias(logsumexp);
+    launch_kernel(device, "sdpa_overrideable_backward", [&] {
+      std::optional<at::Tensor> mask;
+      if (b.defined()) mask = b;
+      auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          g, q, k, v, o, lse, 0.0, is_causal, mask, sc);
+      if (grad_input_mask[0]) r.dq = with_layout_of(dq, q, q.scalar_type());
+      if (grad_input_mask[1]) r.dk = with_layout_of(dk, k, k.scalar_type());
+      if (grad_input_mask[2]) r.dv = with_layout_of(dv, v, v.scalar_type());
+    });
+    return {set.unwrap(r.dq), set.unwrap(r.dk), set.unwrap(r.dv), at::Tensor()};
+  }
   launch_kernel(device, "sdpa_overrideable_backward", [&] {
     auto batch = [&](const at::Tensor& t) { return s.batched ? t : t.unsqueeze(0); };
     r = attention_backward_kernel(batch(g), batch(q), batch(k), batch(v), b, dropout_p,
-                                  is_causal, sc, seed, grad_input_mask);
+                                  is_causal, sc, seed, grad_input_mask, cache_key);
     if (!s.batched) {
       if (r.dq.defined()) r.dq = r.dq.squeeze(0);
       if (r.dk.defined()) r.dk = r.dk.squeeze(0);
