@@ -1,0 +1,25 @@
+"""benchmarks/eager.py keeps working (its figures are not asserted: timing
+belongs in the benchmark's output, not in tests)."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.ops
+@pytest.mark.slow
+class TestEagerBenchmarkRuns:
+    def test_one_round_in_strict_mode(self):
+        env = dict(os.environ, OPENREG_STRICT_MEMORY="1", BENCH_ROUNDS="1")
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eager.py"), "--strict", "1"],
+                           env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        for case in ["add, 1 element", "mm 512x512", "conv2d ResNet block", "softmax", "layer_norm",
+                     "transformer train step"]:
+            assert case in r.stdout, r.stdout
+        assert "strict memory ON" in r.stdout
