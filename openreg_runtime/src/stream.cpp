@@ -184,6 +184,22 @@ bool drain_markers(Stream* s) {
   return changed;
 }
 
+// Run an item the caller has claimed (stream marked running, mu() held by
+// `lk`): release the lock while it executes (traced), then take it back and
+// mark the stream free. The caller records completion and wakes waiters.
+orError_t run_claimed(Stream* s, const Item& it, std::unique_lock<std::mutex>& lk,
+                      std::string* why) {
+  lk.unlock();
+  const bool tracing = g_trace_cb.load(std::memory_order_relaxed) != nullptr;
+  uint64_t t0 = tracing ? now_ns() : 0;
+  orError_t err = execute(it, why);
+  uint64_t t1 = tracing ? now_ns() : 0;
+  if (tracing) trace(it, s->device, s->id, t0, t1);
+  lk.lock();
+  s->running = false;
+  return err;
+}
+
 void worker_loop(Device* dev) {
   std::unique_lock<std::mutex> lk(mu());
   for (;;) {
@@ -217,15 +233,8 @@ void worker_loop(Device* dev) {
     Item it = std::move(best->queue.front());
     best->queue.pop_front();
     best->running = true;
-    lk.unlock();
     std::string why;
-    const bool tracing = g_trace_cb.load(std::memory_order_relaxed) != nullptr;
-    uint64_t t0 = tracing ? now_ns() : 0;
-    orError_t err = execute(it, &why);
-    uint64_t t1 = tracing ? now_ns() : 0;
-    if (tracing) trace(it, dev->index, best->id, t0, t1);
-    lk.lock();
-    best->running = false;
+    orError_t err = run_claimed(best, it, lk, &why);
     complete_item(best, it, err, why);
     drain_markers(best);
     cv_done().notify_all();
@@ -288,15 +297,8 @@ void submit(Stream* s, Item it, bool inline_ok) {
   it.correlation = t_correlation;
   if (inline_ok && s->idle()) {
     s->running = true;
-    lk.unlock();
     std::string why;
-    const bool tracing = g_trace_cb.load(std::memory_order_relaxed) != nullptr;
-    uint64_t t0 = tracing ? now_ns() : 0;
-    orError_t err = execute(it, &why);
-    uint64_t t1 = tracing ? now_ns() : 0;
-    if (tracing) trace(it, s->device, s->id, t0, t1);
-    lk.lock();
-    s->running = false;
+    orError_t err = run_claimed(s, it, lk, &why);
     complete_item(s, it, err, why);
     drain_markers(s);
     cv_done().notify_all();
@@ -319,14 +321,7 @@ orError_t run_synchronously(Stream* s, Item it, std::string* why) {
   it.order = ++g_order;
   it.correlation = t_correlation;
   s->running = true;
-  lk.unlock();
-  const bool tracing = g_trace_cb.load(std::memory_order_relaxed) != nullptr;
-  uint64_t t0 = tracing ? now_ns() : 0;
-  orError_t err = execute(it, why);
-  uint64_t t1 = tracing ? now_ns() : 0;
-  if (tracing) trace(it, s->device, s->id, t0, t1);
-  lk.lock();
-  s->running = false;
+  orError_t err = run_claimed(s, it, lk, why);
   s->completed_seq = it.seq;  // errors go straight back to the caller
   drain_markers(s);
   cv_done().notify_all();
