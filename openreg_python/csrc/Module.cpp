@@ -102,10 +102,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_synchronize", [](int64_t index) {
     auto idx = index_or_current(index);
     py::gil_scoped_release nogil;
-    auto prev = torch_openreg::exchange_device(idx);
-    orError_t err = orDeviceSynchronize();
-    torch_openreg::exchange_device(prev);
-    OPENREG_CHECK(err);
+    torch_openreg::DeviceScope scope(idx);
+    OPENREG_CHECK(orDeviceSynchronize());
   });
   // Like torch.cuda._sleep: occupy the current stream for `us` microseconds
   // of "device time" (a host function on the stream), for tests and demos of

@@ -179,15 +179,7 @@ c10::Storage AliasSet::adopt_storage(const c10::Storage& cpu_storage) {
   } else {
     // Host memory (the kernel used an allocator we do not control): copy.
     size_t nbytes = impl->nbytes();
-    auto prev = exchange_device(device_);
-    c10::DataPtr dp;
-    try {
-      dp = getDeviceAllocator()->allocate(nbytes);
-    } catch (...) {
-      exchange_device(prev);
-      throw;
-    }
-    exchange_device(prev);
+    c10::DataPtr dp = allocateOn(device_, nbytes);
     if (nbytes && impl->data_ptr().get()) {
       OPENREG_CHECK(orMemcpyAsync(dp.get(), impl->data_ptr().get(), nbytes,
                                   orMemcpyHostToDevice, currentNativeStream(device_)));

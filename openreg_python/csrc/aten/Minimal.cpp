@@ -47,19 +47,10 @@ at::Tensor empty_memory_format(c10::IntArrayRef size,
                                std::optional<c10::MemoryFormat> memory_format) {
   check_dense_layout(layout);
   TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
-  auto idx = target_device(device);
-  auto prev = exchange_device(idx);
-  at::Tensor t;
-  try {
-    t = at::detail::empty_generic(size, getDeviceAllocator(),
-                                  c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                  c10::dtype_or_default(dtype), memory_format);
-  } catch (...) {
-    exchange_device(prev);
-    throw;
-  }
-  exchange_device(prev);
-  return t;
+  DeviceScope scope(target_device(device));  // the allocator uses the current device
+  return at::detail::empty_generic(size, getDeviceAllocator(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -69,30 +60,19 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<bool> pin_memory) {
   check_dense_layout(layout);
   TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
-  auto idx = target_device(device);
-  auto prev = exchange_device(idx);
-  at::Tensor t;
-  try {
-    t = at::detail::empty_strided_generic(
-        size, stride, getDeviceAllocator(),
-        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::dtype_or_default(dtype));
-  } catch (...) {
-    exchange_device(prev);
-    throw;
-  }
-  exchange_device(prev);
-  return t;
+  DeviceScope scope(target_device(device));
+  return at::detail::empty_strided_generic(
+      size, stride, getDeviceAllocator(),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::dtype_or_default(dtype));
 }
 
 // ------------------------------------------------------------ resizing
 void grow_storage(c10::TensorImpl* impl, size_t nbytes) {
   const c10::Storage& storage = impl->unsafe_storage();
   if (!storage) {
-    auto prev = exchange_device(impl->device().index());
     c10::Storage fresh(c10::Storage::use_byte_size_t(), nbytes,
-                       getDeviceAllocator()->allocate(nbytes), getDeviceAllocator(),
+                       allocateOn(impl->device().index(), nbytes), getDeviceAllocator(),
                        /*resizable=*/true);
-    exchange_device(prev);
     impl->set_storage_keep_dtype(std::move(fresh));
   } else if (nbytes > storage.nbytes()) {
     at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(storage, nbytes);
@@ -147,10 +127,8 @@ at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
 }
 
 at::Tensor& set_empty(at::Tensor& self) {
-  auto prev = exchange_device(self.device().index());
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
-                       getDeviceAllocator()->allocate(0), getDeviceAllocator(), true);
-  exchange_device(prev);
+                       allocateOn(self.device().index(), 0), getDeviceAllocator(), true);
   return set_storage(self, std::move(storage), 0, {0}, {});
 }
 

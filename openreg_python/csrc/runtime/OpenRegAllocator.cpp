@@ -178,7 +178,10 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
   // ---------------------------------------------------------------- c10 API
   c10::DataPtr allocate(size_t nbytes) override {
-    auto device = current_device();
+    return allocate_on(current_device(), nbytes);
+  }
+
+  c10::DataPtr allocate_on(c10::DeviceIndex device, size_t nbytes) {
     if (nbytes == 0) {
       return {nullptr, nullptr, &deleter,
               c10::Device(c10::DeviceType::PrivateUse1, device)};
@@ -250,11 +253,9 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     check_device_index(device);
-    auto prev = exchange_device(device);
+    DeviceScope scope(device);
     size_t free = 0, total = 0;
-    orError_t err = orMemGetInfo(&free, &total);
-    exchange_device(prev);
-    OPENREG_CHECK(err);
+    OPENREG_CHECK(orMemGetInfo(&free, &total));
     return {free, total};
   }
 
@@ -310,9 +311,8 @@ class CachingAllocator final : public c10::DeviceAllocator {
       st.stats.num_ooms++;
       size_t free = 0, total = 0;
       {
-        auto prev = exchange_device(device);
-        orMemGetInfo(&free, &total);
-        exchange_device(prev);
+        DeviceScope scope(device);
+        if (orMemGetInfo(&free, &total) != orSuccess) orGetLastError();
       }
       auto allocated = size_t(st.stats.allocated_bytes[0].current);
       auto reserved = size_t(st.stats.reserved_bytes[0].current);
@@ -345,10 +345,9 @@ class CachingAllocator final : public c10::DeviceAllocator {
   }
 
   static void* try_device_malloc(c10::DeviceIndex device, size_t n) {
-    auto prev = exchange_device(device);
+    DeviceScope scope(device);
     void* p = nullptr;
     orError_t err = orMalloc(&p, n);
-    exchange_device(prev);
     if (err == orErrorMemoryAllocation) {
       orGetLastError();
       return nullptr;
@@ -419,10 +418,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
           continue;
         }
         it = pool->erase(it);
-        auto prev = exchange_device(device);
-        orError_t err = orFree(b->ptr);
-        exchange_device(prev);
-        if (err != orSuccess) orGetLastError();
+        if (orFree(b->ptr) != orSuccess) orGetLastError();  // any device
         update(st.stats.segment, -1, b->small);
         update(st.stats.reserved_bytes, -int64_t(b->size), b->small);
         st.stats.num_device_free++;
@@ -450,6 +446,10 @@ struct Registrar {
 }  // namespace
 
 c10::DeviceAllocator* getDeviceAllocator() { return &allocator(); }
+
+c10::DataPtr allocateOn(c10::DeviceIndex device, size_t nbytes) {
+  return allocator().allocate_on(device, nbytes);
+}
 
 // Kernel-view allocations (see the header). Their DataPtr has data ==
 // context == the kernel-view address, so that CPU code may also take them

@@ -9,6 +9,10 @@ namespace torch_openreg {
 
 c10::DeviceAllocator* getDeviceAllocator();
 
+// An openreg DataPtr of `nbytes` on `device`, whatever the current device
+// is (Allocator::allocate uses the current one).
+c10::DataPtr allocateOn(c10::DeviceIndex device, size_t nbytes);
+
 // Kernels that run ATen's CPU code on device memory allocate their outputs
 // and workspaces here: the returned DataPtr points at the kernel view of a
 // device block and claims device CPU, so CPU code can write it. Turn it into

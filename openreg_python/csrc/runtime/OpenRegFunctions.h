@@ -18,6 +18,22 @@ void set_device(c10::DeviceIndex index);
 c10::DeviceIndex exchange_device(c10::DeviceIndex index);
 c10::DeviceIndex maybe_exchange_device(c10::DeviceIndex index);
 
+// Makes `index` the current device for a scope (runtime calls such as
+// orMalloc, orMemGetInfo and orDeviceSynchronize act on the current device)
+// and restores the previous one on exit, exceptions included.
+class DeviceScope {
+ public:
+  explicit DeviceScope(c10::DeviceIndex index) : prev_(exchange_device(index)) {}
+  ~DeviceScope() {
+    if (orSetDevice(prev_) != orSuccess) orGetLastError();
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  c10::DeviceIndex prev_;
+};
+
 // Offset from a device address to the kernel view of the same byte. Kernels
 // that run ATen's CPU code on device memory use it (see aten/KernelView.h).
 intptr_t kernel_view_offset(c10::DeviceIndex index);

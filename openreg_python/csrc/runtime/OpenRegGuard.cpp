@@ -83,10 +83,8 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       unsigned flags = flag == c10::EventFlag::BACKEND_DEFAULT
                            ? orEventDefault
                            : orEventDisableTiming;
-      auto prev = exchange_device(stream.device_index());
-      orError_t err = orEventCreateWithFlags(&or_event, flags);
-      exchange_device(prev);
-      OPENREG_CHECK(err);
+      DeviceScope scope(stream.device_index());
+      OPENREG_CHECK(orEventCreateWithFlags(&or_event, flags));
       *event = or_event;
     }
     OPENREG_CHECK(orEventRecord(or_event, nativeStream(stream)));
@@ -135,10 +133,8 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    auto prev = exchange_device(device_index);
-    orError_t err = orDeviceSynchronize();
-    exchange_device(prev);
-    OPENREG_CHECK(err);
+    DeviceScope scope(device_index);
+    OPENREG_CHECK(orDeviceSynchronize());
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr,

@@ -86,23 +86,11 @@ struct OpenRegHooks final : public at::PrivateUse1HooksInterface {
     TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
     size_t old = impl->nbytes();
     c10::DeviceIndex device = storage.device().index();
-    auto prev = exchange_device(device);
-    c10::DataPtr fresh;
-    try {
-      fresh = getDeviceAllocator()->allocate(newsize);
-    } catch (...) {
-      exchange_device(prev);
-      throw;
-    }
+    c10::DataPtr fresh = allocateOn(device, newsize);
     size_t keep = std::min(old, newsize);
     if (keep > 0 && impl->data_ptr().get()) {
-      orStream_t s = currentNativeStream(device);
-      orError_t err = orMemcpyAsync(fresh.get(), impl->data_ptr().get(), keep,
-                                    orMemcpyDeviceToDevice, s);
-      exchange_device(prev);
-      OPENREG_CHECK(err);
-    } else {
-      exchange_device(prev);
+      OPENREG_CHECK(orMemcpyAsync(fresh.get(), impl->data_ptr().get(), keep,
+                                  orMemcpyDeviceToDevice, currentNativeStream(device)));
     }
     // The old block is freed on the current stream after the copy, which the
     // caching allocator's per-stream reuse keeps ordered.
