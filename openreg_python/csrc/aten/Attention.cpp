@@ -56,10 +56,6 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention on openreg";
 
-bool is_openreg(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
-
 bool supported_dtype(c10::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
 }

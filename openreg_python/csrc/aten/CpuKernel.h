@@ -24,10 +24,6 @@
 namespace torch_openreg {
 namespace cpu_kernel {
 
-inline bool on_device(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
-
 // ---- argument conversion: openreg -> CPU alias ------------------------------
 template <class A>
 struct Conv {  // scalars, sizes, flags, ...: passed through
@@ -44,7 +40,7 @@ struct Conv<const at::Tensor&> {
   static Held in(AliasSet& s, const at::Tensor& t) { return s.alias(t); }
   static const at::Tensor& pass(Held& h) { return h; }
   static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
-    if (*d < 0 && on_device(t)) *d = t.device().index();
+    if (*d < 0 && is_openreg(t)) *d = t.device().index();
   }
   static void write_back(AliasSet&, const at::Tensor&, Held&) {}
 };
@@ -55,10 +51,10 @@ struct Conv<at::Tensor&> {  // mutated (in-place self, out=)
   static Held in(AliasSet& s, at::Tensor& t) { return s.alias(t); }
   static at::Tensor& pass(Held& h) { return h; }
   static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
-    if (*d < 0 && on_device(t)) *d = t.device().index();
+    if (*d < 0 && is_openreg(t)) *d = t.device().index();
   }
   static void write_back(AliasSet& s, at::Tensor& t, Held& h) {
-    if (on_device(t)) s.sync_back(t, h);
+    if (is_openreg(t)) s.sync_back(t, h);
   }
 };
 

@@ -25,10 +25,6 @@ constexpr char kSparse[] = "sparse";
 constexpr char kSparseCsr[] = "sparse compressed (CSR/CSC/BSR/BSC)";
 constexpr char kQuantized[] = "quantized";
 
-bool is_openreg(const at::Tensor& t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
-}
-
 bool is_optional_generator(const c10::Argument& arg) {
   const auto& type = arg.type();
   if (type->kind() != c10::TypeKind::OptionalType) return false;
@@ -164,9 +160,7 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
       v = cpuGeneratorFor(v.toGenerator());
     } else if (v.isNone() && is_optional_generator(args[i])) {
       // No explicit generator: the device's default one, not the CPU's.
-      v = getDefaultOpenRegGenerator(device).defined()
-              ? c10::IValue(cpuGeneratorFor(getDefaultOpenRegGenerator(device)))
-              : v;
+      v = cpuGeneratorFor(getDefaultOpenRegGenerator(device));
     } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
       v = c10::Device(c10::DeviceType::CPU);
     }

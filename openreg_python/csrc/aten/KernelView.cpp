@@ -103,7 +103,7 @@ AliasSet::StorageEntry& AliasSet::storage_alias(const c10::Storage& s) {
 }
 
 at::Tensor AliasSet::alias(const at::Tensor& t) {
-  if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+  if (!is_openreg(t)) return t;
   TORCH_CHECK(t.device().index() == device_,
               "Expected all tensors to be on the same device, but found at "
               "least two devices, openreg:", static_cast<int>(device_), " and ",

@@ -24,6 +24,10 @@
 
 namespace torch_openreg {
 
+inline bool is_openreg(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
 // While alive, CPU allocations made by this thread come from `device`'s
 // memory (kernel view). Nests.
 struct KernelScope {
