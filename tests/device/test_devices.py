@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import REPO, run_python
+from tests._subprocess import REPO, run_python
 
 
 @pytest.mark.device
@@ -118,19 +118,19 @@ class TestInvalidDevices:
 class TestConfiguration:
     def test_device_count_from_environment(self):
         r = run_python("import torch; print(torch.openreg.device_count(), torch.openreg.get_device_properties(2).total_memory)",
-                       env={"OPENREG_DEVICE_COUNT": "3", "OPENREG_DEVICE_MEMORY": "256M"})
+                       env={"OPENREG_DEVICE_COUNT": "3", "OPENREG_DEVICE_MEMORY": "256M"}, timeout=120)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == ["3", str(256 << 20)]
 
     def test_invalid_memory_size_is_reported(self):
         r = run_python("import torch; torch.ones(1, device='openreg')",
-                       env={"OPENREG_DEVICE_MEMORY": "lots"})
+                       env={"OPENREG_DEVICE_MEMORY": "lots"}, timeout=120)
         assert r.returncode == 1
         assert "OPENREG_DEVICE_MEMORY='lots' is invalid" in r.stderr
 
     def test_zero_devices(self):
         r = run_python("import torch; print(torch.openreg.is_available(), torch.openreg.device_count())",
-                       env={"OPENREG_DEVICE_COUNT": "0"})
+                       env={"OPENREG_DEVICE_COUNT": "0"}, timeout=120)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == ["False", "0"]
 
@@ -149,7 +149,8 @@ class TestSmi:
 @pytest.mark.device
 class TestAutoload:
     def test_import_torch_loads_the_backend(self):
-        r = run_python("import sys, torch; print('torch_openreg' in sys.modules, torch.device('openreg:1'))")
+        r = run_python("import sys, torch; print('torch_openreg' in sys.modules, torch.device('openreg:1'))",
+                       timeout=120)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == ["True", "openreg:1"]
 
@@ -158,11 +159,12 @@ class TestAutoload:
                 "print('torch_openreg' in sys.modules, hasattr(torch, 'openreg'))\n"
                 "import torch_openreg\n"
                 "print(hasattr(torch, 'openreg'), torch.ones(2, device='openreg').device)")
-        r = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+        r = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, timeout=120)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split("\n")[:2] == ["False False", "True openreg:0"]
 
     def test_import_torch_openreg_first(self):
-        r = run_python("import torch_openreg, torch; print(torch.ones(1, device='openreg').device)")
+        r = run_python("import torch_openreg, torch; print(torch.ones(1, device='openreg').device)",
+                       timeout=120)
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == "openreg:0"

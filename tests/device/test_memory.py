@@ -5,7 +5,7 @@ import gc
 import pytest
 import torch
 
-from tests.conftest import run_python
+from tests._subprocess import run_python
 
 MB = 1 << 20
 
@@ -125,7 +125,7 @@ except torch.OutOfMemoryError as e:
     print('OOM', 'Tried to allocate 100.00 MiB' in str(e))
 print(torch.ones(3, device='openreg').sum().item())
 """
-        r = run_python(code, env={"OPENREG_DEVICE_MEMORY": "64M"})
+        r = run_python(code, env={"OPENREG_DEVICE_MEMORY": "64M"}, timeout=120)
         assert r.returncode == 0, r.stderr
         lines = r.stdout.split("\n")
         assert lines[0] == "1 0"
@@ -142,7 +142,7 @@ except torch.OutOfMemoryError as e:
     print('OOM')
 print(a[-100:].sum().item())
 """
-        r = run_python(code, env={"OPENREG_DEVICE_MEMORY": "8M"})
+        r = run_python(code, env={"OPENREG_DEVICE_MEMORY": "8M"}, timeout=120)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split() == ["OOM", "100"]
 
@@ -199,7 +199,7 @@ print(ctypes.c_float.from_address(t.data_ptr()).value, flush=True)
 @pytest.mark.device
 class TestStrictMemory:
     def test_host_read_of_device_pointer_faults_with_diagnostic(self):
-        r = run_python(STRICT_READ)
+        r = run_python(STRICT_READ, timeout=120)
         assert r.returncode == -11, (r.returncode, r.stderr)
         addr = int(r.stdout.split()[0], 16)
         assert "illegal host access to device memory at address" in r.stderr
@@ -207,12 +207,12 @@ class TestStrictMemory:
         assert "device openreg:0" in r.stderr
 
     def test_read_succeeds_with_strict_mode_off(self):
-        r = run_python(STRICT_READ, env={"OPENREG_STRICT_MEMORY": "0"})
+        r = run_python(STRICT_READ, env={"OPENREG_STRICT_MEMORY": "0"}, timeout=120)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split()[1] == "7.0"
 
     def test_properties_report_mode(self):
         r = run_python("import torch; print(torch.openreg.get_device_properties().strict_memory)",
-                       env={"OPENREG_STRICT_MEMORY": "0"})
+                       env={"OPENREG_STRICT_MEMORY": "0"}, timeout=120)
         assert r.stdout.strip() == "False"
         assert torch.openreg.get_device_properties().strict_memory

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch_openreg
 
-from tests.conftest import run_python
+from tests._subprocess import run_python
 
 DEV = "openreg"
 set_meta = torch_openreg._C._set_backend_meta
@@ -309,7 +309,8 @@ except Exception as e:
 """
 
     def load(self, ckpt, count, kwargs=""):
-        r = run_python(self.LOAD.format(path=ckpt, kwargs=kwargs), env={"OPENREG_DEVICE_COUNT": str(count)})
+        r = run_python(self.LOAD.format(path=ckpt, kwargs=kwargs),
+                       env={"OPENREG_DEVICE_COUNT": str(count)}, timeout=120)
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -13,10 +13,11 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import os
-import subprocess
 import sys
 import threading
 import time
+
+from tests._subprocess import REPO  # noqa: F401  (re-exported for the runtime tests)
 
 
 def _load_runtime_module():
@@ -40,7 +41,6 @@ def _load_runtime_module():
 
 rt = _load_runtime_module()
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ALIGN = 512
 MB = 1 << 20
 
@@ -49,20 +49,8 @@ MB = 1 << 20
 BLOCK_TIMEOUT = 20.0
 
 
-def run_python(code: str, env: dict = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter (environment knobs are read once per process)."""
-    full_env = dict(os.environ)
-    for key in ("OPENREG_DEVICE_COUNT", "OPENREG_DEVICE_MEMORY",
-                "OPENREG_STRICT_MEMORY", "OPENREG_DEVICE_WORKERS"):
-        full_env.pop(key, None)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
-        timeout=timeout, cwd=REPO,
-    )
-
-
-# Preamble for child scripts: the runtime module on its own, as above.
+# Preamble for child scripts (run with tests._subprocess.run_python): the
+# runtime module on its own, as above.
 CHILD_PRELUDE = (
     "import ctypes, json, os, sys, time\n"
     f"sys.path.insert(0, {REPO!r})\n"

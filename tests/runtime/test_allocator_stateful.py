@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from tests._subprocess import child_env
 from tests.runtime._helpers import ALIGN, MB, REPO, HostBuf, d2h, h2d, round_up, rt
 
 OpenRegError = rt.OpenRegError
@@ -303,10 +304,8 @@ class TestAllocatorSmallCapacity:
     # out with fallocate); non-strict mode with anonymous memory (madvise).
     @pytest.mark.parametrize("strict", ["1", "0"], ids=["strict", "non_strict"])
     def test_machine_with_64M_capacity(self, strict):
-        env = dict(os.environ, OPENREG_DEVICE_MEMORY="64M", OPENREG_STRICT_MEMORY=strict,
-                   **{CHILD_ENV: "80"})
-        for key in ("OPENREG_DEVICE_COUNT", "OPENREG_DEVICE_WORKERS"):
-            env.pop(key, None)
+        env = child_env({"OPENREG_DEVICE_MEMORY": "64M", "OPENREG_STRICT_MEMORY": strict,
+                         CHILD_ENV: "80"}, clean_openreg_env=True)
         res = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
              "-x", os.path.relpath(__file__, REPO), "-k", "TestAllocatorMachineChild"],

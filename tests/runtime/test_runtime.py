@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests._subprocess import run_python
 from tests.runtime._helpers import (
     ALIGN,
     CHILD_PRELUDE,
@@ -27,7 +28,6 @@ from tests.runtime._helpers import (
     on_device,
     round_up,
     rt,
-    run_python,
     sync_event,
     sync_stream,
     wait_until,
@@ -662,7 +662,7 @@ print(json.dumps(out))
 @pytest.mark.runtime
 class TestPriorities:
     def test_high_priority_runs_first_with_one_worker(self):
-        res = run_python(PRIORITY_SCRIPT, env={"OPENREG_DEVICE_WORKERS": "1"}, timeout=60)
+        res = run_python(PRIORITY_SCRIPT, env={"OPENREG_DEVICE_WORKERS": "1"}, timeout=60, clean_openreg_env=True)
         assert res.returncode == 0, res.stderr
         out = json.loads(res.stdout.strip().splitlines()[-1])
         assert out["workers"] == 1
@@ -676,7 +676,7 @@ try:
     rt.stream_create(0)
 except rt.OpenRegError as e:
     print(json.dumps([e.name, str(e)]))
-""", env={"OPENREG_DEVICE_WORKERS": "0"})
+""", env={"OPENREG_DEVICE_WORKERS": "0"}, timeout=60, clean_openreg_env=True)
         assert res.returncode == 0, res.stderr
         name, msg = json.loads(res.stdout.strip().splitlines()[-1])
         assert name == "orErrorInitializationError"
@@ -760,7 +760,7 @@ os._exit(0)
 
 
 def _child_json(script, env=None):
-    res = run_python(script, env=env, timeout=60)
+    res = run_python(script, env=env, timeout=60, clean_openreg_env=True)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -1127,7 +1127,7 @@ class TestStrictMemory:
         (CHILD_PRELUDE, ""), (CHILD_PRELUDE_WITH_TORCH, ""), (CHILD_PRELUDE, "1"),
     ], ids=["read", "read_with_torch", "write"])
     def test_host_access_to_device_memory_faults(self, prelude, write):
-        res = run_python(prelude + READ_DEVICE_POINTER, env={"PROBE_WRITE": write}, timeout=60)
+        res = run_python(prelude + READ_DEVICE_POINTER, env={"PROBE_WRITE": write}, timeout=60, clean_openreg_env=True)
         assert res.returncode == -11, (res.returncode, res.stderr)
         first = json.loads(res.stdout.strip().splitlines()[0])
         assert first["strict"] is True and first["offset"] != 0
@@ -1142,7 +1142,7 @@ class TestStrictMemory:
     def test_non_strict_read_succeeds(self):
         for write, expected in [("", 0x01010101), ("1", 0x02020202)]:
             res = run_python(CHILD_PRELUDE + READ_DEVICE_POINTER,
-                             env={"OPENREG_STRICT_MEMORY": "0", "PROBE_WRITE": write}, timeout=60)
+                             env={"OPENREG_STRICT_MEMORY": "0", "PROBE_WRITE": write}, timeout=60, clean_openreg_env=True)
             assert res.returncode == 0, res.stderr
             lines = [json.loads(x) for x in res.stdout.strip().splitlines()]
             assert lines[0]["strict"] is False and lines[0]["offset"] == 0
@@ -1188,7 +1188,7 @@ print(json.dumps(out))
 @pytest.mark.runtime
 class TestFork:
     def test_forked_child_cannot_use_an_initialised_runtime(self):
-        res = run_python(FORK_SCRIPT, timeout=60)
+        res = run_python(FORK_SCRIPT, timeout=60, clean_openreg_env=True)
         assert res.returncode == 0, res.stderr
         out = json.loads(res.stdout.strip().splitlines()[-1])
         assert out["fork_before_init"] == 0
@@ -1217,7 +1217,7 @@ print(json.dumps(out))
 
 
 def _probe(env):
-    res = run_python(ENV_PROBE, env=env, timeout=60)
+    res = run_python(ENV_PROBE, env=env, timeout=60, clean_openreg_env=True)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.strip().splitlines()[-1])
 

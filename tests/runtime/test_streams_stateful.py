@@ -36,6 +36,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from tests._subprocess import child_env
 from tests.runtime._helpers import REPO, RuntimeHang, call_with_timeout, on_device, rt
 
 # Child runs (per-process worker counts) are configured through these.
@@ -321,12 +322,10 @@ if os.environ.get(CHILD_ENV):
 
 
 def run_child_machine(workers: str, devices: str, examples: int, fast_fail: bool):
-    env = dict(os.environ, OPENREG_DEVICE_WORKERS=workers,
-               **{CHILD_ENV: str(examples), CHILD_DEVICES_ENV: devices})
+    env = child_env({"OPENREG_DEVICE_WORKERS": workers, CHILD_ENV: str(examples),
+                     CHILD_DEVICES_ENV: devices}, clean_openreg_env=True)
     if fast_fail:
         env[CHILD_FAST_FAIL_ENV] = "1"
-    for key in ("OPENREG_DEVICE_COUNT", "OPENREG_DEVICE_MEMORY", "OPENREG_STRICT_MEMORY"):
-        env.pop(key, None)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
          os.path.relpath(__file__, REPO), "-k", "TestStreamMachineChild"],
