@@ -1,0 +1,100 @@
+"""Asynchronous errors: failing kernels and illegal addresses in queued work, reported
+at the next synchronisation (stream, event or device), once."""
+
+import pytest
+
+from tests.runtime._helpers import (
+    call_with_timeout,
+    gates,
+    on_device,
+    rt,
+    sync_event,
+    sync_stream,
+)
+
+OpenRegError = rt.OpenRegError
+
+
+# ---------------------------------------------------------------- async errors
+@pytest.mark.runtime
+class TestAsyncErrors:
+    def test_failing_kernel_reported_at_synchronize(self, stream):
+        sid = rt.stream_id(stream)
+        rt.launch_failing_kernel(stream)
+        with pytest.raises(OpenRegError) as ei:
+            sync_stream(stream)
+        err = ei.value
+        assert err.name == "orErrorLaunchFailure" and err.code == 719
+        msg = str(err)
+        assert "always_fails" in msg
+        assert f"stream {sid}" in msg
+        assert "openreg:0" in msg
+        assert "asynchronously" in msg
+        sync_stream(stream)  # reported once
+        assert rt.stream_query(stream)
+
+    def test_failing_kernel_when_queued(self, stream):
+        with gates() as gs:
+            g = gs.launch(stream)
+            rt.launch_failing_kernel(stream)  # queued behind the gate: no error yet
+            g.release()
+        with pytest.raises(OpenRegError) as ei:
+            sync_stream(stream)
+        assert ei.value.name == "orErrorLaunchFailure"
+        assert "always_fails" in str(ei.value) and "stream" in str(ei.value)
+
+    def test_failing_kernel_synchronous_launch(self, stream):
+        with pytest.raises(OpenRegError) as ei:
+            call_with_timeout(rt.launch_failing_kernel, stream, True)
+        assert ei.value.name == "orErrorLaunchFailure"
+        assert "always_fails" in str(ei.value)
+        sync_stream(stream)  # nothing deferred
+
+    def test_error_reported_through_event(self, stream):
+        e = rt.event_create()
+        try:
+            rt.launch_failing_kernel(stream)
+            rt.event_record(e, stream)
+            with pytest.raises(OpenRegError) as ei:
+                sync_event(e)
+            assert ei.value.name == "orErrorLaunchFailure"
+            assert "always_fails" in str(ei.value)
+        finally:
+            rt.event_destroy(e)
+
+    def test_error_reported_by_device_synchronize(self):
+        with on_device(1):
+            s = rt.stream_create(0)
+            try:
+                rt.launch_failing_kernel(s)
+                def sync_device_1():  # the current device is per thread
+                    rt.set_device(1)
+                    rt.device_synchronize()
+
+                with pytest.raises(OpenRegError) as ei:
+                    call_with_timeout(sync_device_1)
+                assert ei.value.name == "orErrorLaunchFailure"
+                assert "orDeviceSynchronize" in str(ei.value)
+                assert "openreg:1" in str(ei.value)
+                call_with_timeout(sync_device_1)  # reported once
+            finally:
+                rt.stream_destroy(s)
+
+    @pytest.mark.parametrize("target", ["pinned", "device"])
+    def test_use_after_free_in_queued_work(self, stream, target):
+        blk = rt.malloc(4096)
+        dst = rt.malloc_host(4096) if target == "pinned" else rt.malloc(4096)
+        try:
+            with gates() as gs:
+                g = gs.launch(stream)
+                rt.memcpy_async(dst, blk, 4096, rt.Default, stream)
+                rt.free(blk)
+                g.release()
+            with pytest.raises(OpenRegError) as ei:
+                sync_stream(stream)
+            assert ei.value.name == "orErrorIllegalAddress" and ei.value.code == 700
+            msg = str(ei.value)
+            assert "not inside a live allocation" in msg
+            assert f"stream {rt.stream_id(stream)}" in msg
+        finally:
+            (rt.free_host if target == "pinned" else rt.free)(dst)

@@ -1,0 +1,91 @@
+"""Kernels: synchronous, inline and queued launches, and readiness while they run."""
+
+import ctypes
+import threading
+import time
+
+import pytest
+
+from tests.runtime._helpers import (
+    call_with_timeout,
+    d2h,
+    gates,
+    on_device,
+    rt,
+    sync_stream,
+)
+
+
+# ---------------------------------------------------------------- kernels
+@pytest.mark.runtime
+class TestKernels:
+    @pytest.mark.parametrize("sync", [True, False])
+    def test_fill_i32(self, stream, sync):
+        n = 1000
+        p = rt.malloc(4 * n)
+        try:
+            rt.memset(p, 0, 4 * n)
+            rt.launch_fill_i32(stream, p + 40, n - 20, -123456, sync)
+            sync_stream(stream)
+            out = (ctypes.c_int32 * n).from_buffer_copy(d2h(p, 4 * n))
+            assert list(out) == [0] * 10 + [-123456] * (n - 20) + [0] * 10
+        finally:
+            rt.free(p)
+
+    def test_fill_async_behind_gate(self, stream, dev_block):
+        rt.memset(dev_block, 0, 4096)
+        with gates() as gs:
+            g = gs.launch(stream)
+            rt.launch_fill_i32(stream, dev_block, 1024, 42, False)
+            time.sleep(0.01)
+            assert d2h(dev_block, 16) == bytes(16)
+            g.release()
+            sync_stream(stream)
+        out = (ctypes.c_int32 * 1024).from_buffer_copy(d2h(dev_block, 4096))
+        assert set(out) == {42}
+
+    @pytest.mark.parametrize("sync", [True, False], ids=["synchronous", "inline"])
+    def test_stream_busy_while_kernel_runs_on_caller(self, stream, sync):
+        # A synchronous launch, and an asynchronous one on an idle stream (run
+        # inline on the caller), both mark the stream not-ready while running.
+        n = 16 * (1 << 20)  # 64 MiB of int32: tens of milliseconds
+        p = rt.malloc(4 * n)
+        seen = []
+        stop = threading.Event()
+
+        def poll():
+            while not stop.is_set():
+                seen.append(rt.stream_query(stream))
+
+        try:
+            t = threading.Thread(target=poll, daemon=True)
+            t.start()
+            time.sleep(0.005)
+            try:
+                call_with_timeout(rt.launch_fill_i32, stream, p, n, 5, sync)
+                done_on_return = rt.stream_query(stream)
+            finally:
+                stop.set()
+                t.join(10)
+            assert done_on_return is True
+            assert False in seen, "stream never reported not-ready while the kernel ran"
+            assert seen[-1] is True
+            tail = (ctypes.c_int32 * 4).from_buffer_copy(d2h(p + 4 * (n - 4), 16))
+            assert list(tail) == [5] * 4
+        finally:
+            rt.free(p)
+
+    def test_fill_on_device_1(self):
+        with on_device(1):
+            p = rt.malloc(64)
+            try:
+                rt.launch_fill_i32(0, p, 16, 7, True)
+                assert list((ctypes.c_int32 * 16).from_buffer_copy(d2h(p, 64))) == [7] * 16
+            finally:
+                rt.free(p)
+
+    def test_fill_rejects_freed_pointer(self, stream):
+        p = rt.malloc(64)
+        rt.free(p)
+        with pytest.raises(ValueError):
+            rt.launch_fill_i32(stream, p, 16, 1, True)

@@ -1,0 +1,86 @@
+"""The runtime's activity trace (what the profiler reads): records, correlation ids."""
+
+import pytest
+
+from tests.runtime._helpers import (
+    HostBuf,
+    gates,
+    on_device,
+    rt,
+    sync_stream,
+)
+
+
+# ---------------------------------------------------------------- tracing
+@pytest.mark.runtime
+class TestTracing:
+    def test_trace_records(self):
+        with on_device(1):
+            s = rt.stream_create(0)
+            p = rt.malloc(4096)
+            host = HostBuf(4096)
+            try:
+                rt.trace_start()
+                try:
+                    rt.set_correlation_id(4242)
+                    rt.launch_fill_i32(s, p, 1024, 9, True)
+                    rt.memcpy(host.ptr, p, 4096, rt.DeviceToHost)
+                    rt.memset(p, 0, 1000)
+                    rt.set_correlation_id(0)
+                    sync_stream(s)
+                finally:
+                    records = rt.trace_stop()
+                sid = rt.stream_id(s)
+                default_sid = rt.stream_id(0)
+            finally:
+                rt.free(p)
+                rt.stream_destroy(s)
+        assert set(host.bytes[:4]) == {9, 0}  # int32 9, little endian
+        by_kind = {}
+        for r in records:
+            by_kind.setdefault(r["kind"], []).append(r)
+        assert set(by_kind) == {"kernel", "memcpy", "memset"}, records
+        (k,), (c,), (m,) = by_kind["kernel"], by_kind["memcpy"], by_kind["memset"]
+        assert k["name"] == "fill_i32" and k["bytes"] == 0 and k["stream"] == sid
+        assert c["name"] == "orMemcpy" and c["bytes"] == 4096 and c["stream"] == default_sid
+        assert m["name"] == "orMemset" and m["bytes"] == 1000
+        for r in (k, c, m):
+            assert r["device"] == 1
+            assert r["correlation"] == 4242
+            assert 0 < r["start_ns"] <= r["end_ns"]
+        assert k["end_ns"] <= c["start_ns"] and c["end_ns"] <= m["start_ns"]
+
+    def test_async_work_traced_and_correlated(self, stream):
+        src = rt.malloc_host(256)
+        p = rt.malloc(256)
+        try:
+            rt.trace_start()
+            try:
+                rt.set_correlation_id(7)
+                with gates() as gs:
+                    g = gs.launch(stream)
+                    rt.memcpy_async(p, src, 256, rt.HostToDevice, stream)
+                    rt.set_correlation_id(8)  # applies to later launches only
+                    g.release()
+                sync_stream(stream)
+                rt.set_correlation_id(0)
+            finally:
+                records = rt.trace_stop()
+        finally:
+            rt.free(p)
+            rt.free_host(src)
+        copies = [r for r in records if r["kind"] == "memcpy"]
+        assert len(copies) == 1
+        assert copies[0]["name"] == "orMemcpyAsync"
+        assert copies[0]["correlation"] == 7
+        assert copies[0]["bytes"] == 256
+        host_funcs = [r for r in records if r["kind"] == "host_func"]
+        assert len(host_funcs) == 1 and host_funcs[0]["correlation"] == 7
+        assert host_funcs[0]["end_ns"] <= copies[0]["start_ns"]
+
+    def test_no_records_after_stop(self, dev_block):
+        rt.trace_start()
+        rt.trace_stop()
+        rt.memset(dev_block, 1, 16)
+        rt.trace_start()
+        assert rt.trace_stop() == []
