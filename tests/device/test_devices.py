@@ -72,11 +72,24 @@ class TestDeviceBasics:
         torch.empty(1, device="openreg")
         assert torch.openreg.is_initialized()
 
-    def test_synchronize_all_forms(self):
-        torch.openreg.synchronize()
-        torch.openreg.synchronize(1)
-        torch.openreg.synchronize("openreg:1")
-        torch.accelerator.synchronize()
+    @pytest.mark.parametrize("form, index", [
+        (lambda: torch.openreg.synchronize(), 0),
+        (lambda: torch.openreg.synchronize(1), 1),
+        (lambda: torch.openreg.synchronize("openreg:1"), 1),
+        (lambda: torch.openreg.synchronize(torch.device("openreg", 1)), 1),
+        (lambda: torch.accelerator.synchronize(), 0),
+        (lambda: torch.accelerator.synchronize(1), 1),
+    ], ids=["openreg()", "openreg(1)", "openreg('openreg:1')", "openreg(device)",
+            "accelerator()", "accelerator(1)"])
+    def test_synchronize_all_forms(self, form, index):
+        # Every form waits for the work queued on every stream of the device it
+        # names (here a side stream, busy for 100 ms of device time).
+        side = torch.openreg.Stream(device=index)
+        with torch.openreg.stream(side):
+            torch.openreg._sleep(100_000)
+        assert not side.query()
+        form()
+        assert side.query()
 
 
 @pytest.mark.device
