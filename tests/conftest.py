@@ -12,13 +12,26 @@ import tempfile
 
 import pytest
 
-COMPONENTS = {"runtime", "device", "ops", "model", "docs", "demo", "profiler", "distributed", "compile"}
+COMPONENTS = {"runtime", "device", "ops", "model", "docs", "demo", "benchmarks",
+              "profiler", "distributed", "compile"}
 
 # Inductor and friends write caches to the system temp dir by default; keep
 # the suite's own.
 _CACHE = os.path.join(tempfile.gettempdir(), f"openreg-test-cache-{os.getuid()}")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_CACHE, "inductor"))
 os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_CACHE, "triton"))
+
+
+def pytest_configure(config):
+    # A component marker must also be registered in pyproject.toml
+    # (--strict-markers rejects unregistered ones, but only once a test uses it).
+    registered = {line.split(":")[0].strip() for line in config.getini("markers")}
+    missing = COMPONENTS - registered
+    if missing:
+        raise pytest.UsageError(
+            "component markers missing from [tool.pytest.ini_options] markers in "
+            "pyproject.toml: " + ", ".join(sorted(missing))
+        )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,7 +11,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.ops
+@pytest.mark.benchmarks
 @pytest.mark.slow
 class TestEagerBenchmarkRuns:
     def test_one_round_in_strict_mode(self):
