@@ -11,15 +11,30 @@ comment directly followed by a fenced code block:
 
 ``python tools/docs_snippets.py`` rewrites every such block from the sources;
 ``--check`` only reports differences (the test suite runs the check, so docs
-cannot drift from code).
+cannot drift from code). Both also list marked regions that no doc includes:
+a region exists to be shown, so each one must be used by some page.
+
+Marked regions may be in any source file of the repository (C/C++, Python,
+CMake) under any folder, except the virtual environment, the build tree and
+hidden folders (``.git``, ...).
 """
 
+import os
 import pathlib
 import re
 import sys
 import textwrap
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+SOURCE_SUFFIXES = {".c", ".cc", ".cpp", ".cxx", ".cu", ".h", ".hh", ".hpp", ".hxx", ".inl",
+                   ".py", ".pyi", ".cmake"}
+SOURCE_NAMES = {"CMakeLists.txt"}
+SKIP_DIRS = {".venv", "venv", "build", "dist", "__pycache__"}  # and every hidden folder
+# Anything that looks like a start or end marker in a comment, well-formed or
+# not (text after it, no space after the comment sign), so that region()
+# reports a malformed one instead of the scan skipping it.
+MARKER_LIKE = re.compile(r"(?://|#)\s*\[docs:([\w-]+)(?::end)?\]")
 DIRECTIVE = re.compile(
     r"<!-- snippet: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->\n(?P<fence>```\w*)\n(?P<body>.*?)```",
     re.S,
@@ -66,16 +81,44 @@ def snippets(doc: pathlib.Path) -> list:
     return [(m["path"], m["name"]) for m in DIRECTIVE.finditer(doc.read_text())]
 
 
+def source_files() -> list:
+    """Every C/C++, Python and CMake file of the repository, as paths relative to ROOT."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        for f in sorted(filenames):
+            if f in SOURCE_NAMES or os.path.splitext(f)[1] in SOURCE_SUFFIXES:
+                found.append(pathlib.Path(dirpath, f).relative_to(ROOT).as_posix())
+    return found
+
+
+def marked_regions() -> set:
+    """``(path, name)`` of every region marker (start or end) in the sources."""
+    regions = set()
+    for path in source_files():
+        text = (ROOT / path).read_text(errors="replace")
+        regions.update((path, m.group(1)) for m in MARKER_LIKE.finditer(text))
+    return regions
+
+
+def unused_regions(docs: list) -> list:
+    """Marked regions that no doc includes, as ``path#name``."""
+    used = {s for d in docs for s in snippets(d)}
+    return sorted(f"{p}#{n}" for p, n in marked_regions() - used)
+
+
 def main(argv) -> int:
     check = "--check" in argv
     problems = []
-    for doc in sorted((ROOT / "docs").glob("*.md")):
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    for doc in docs:
         problems += process(doc, write=not check)
-    for p in problems:
+    unused = [f"{r}: marked region not included by any doc" for r in unused_regions(docs)]
+    for p in problems + unused:
         print(p)
     if check:
-        return 1 if problems else 0
-    return 1 if any("missing" in p or "not found" in p for p in problems) else 0
+        return 1 if problems or unused else 0
+    return 1 if unused or any("missing" in p or "not found" in p for p in problems) else 0
 
 
 if __name__ == "__main__":

@@ -28,18 +28,29 @@ class TestSnippets:
         problems = docs_snippets.process(doc, write=False)
         assert not problems, "\n".join(problems) + "\n(run: python tools/docs_snippets.py)"
 
+    def test_marker_scan_covers_every_component(self):
+        # Markers are found in every source file of the repository (any
+        # top-level folder, C/C++, Python and CMake), not only in openreg_*.
+        files = set(docs_snippets.source_files())
+        assert {"openreg_runtime/src/memory.cpp", "openreg_runtime/include/openreg.h",
+                "openreg_python/csrc/aten/KernelView.h",
+                "openreg_python/torch_openreg/openreg/amp.py",
+                "benchmarks/eager.py", "examples/demo.py", "CMakeLists.txt",
+                "openreg_runtime/CMakeLists.txt"} <= files
+        assert not [f for f in files if f.split("/")[0] in {".venv", "build", ".git"}]
+
     def test_every_marker_region_is_well_formed(self):
-        names = set()
-        for path in list(ROOT.glob("openreg_*/**/*.[ch]*")) + list(ROOT.glob("openreg_python/**/*.py")):
-            for m in re.finditer(r"\[docs:([\w-]+)\]", path.read_text()):
-                names.add((str(path.relative_to(ROOT)), m.group(1)))
-        assert names
-        for path, name in names:
+        regions = docs_snippets.marked_regions()
+        assert regions
+        for path, name in regions:
             docs_snippets.region(path, name)  # raises if unterminated or duplicated
 
-    def test_every_snippet_is_used_somewhere(self):
-        used = {s for d in DOCS for s in docs_snippets.snippets(d)}
-        assert len(used) >= 7
+    def test_every_marker_region_is_used_by_a_doc(self):
+        unused = docs_snippets.unused_regions(DOCS)
+        assert not unused, (
+            "marked regions that no page of docs/ includes (add them with "
+            "'<!-- snippet: PATH#NAME -->' and tools/docs_snippets.py, or drop the marker):\n"
+            + "\n".join(unused))
 
 
 @pytest.mark.docs
