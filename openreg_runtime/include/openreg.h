@@ -36,6 +36,13 @@ extern "C" {
 #define OR_API __attribute__((visibility("default")))
 #endif
 
+/* ---------------------------------------------------------------- limits */
+/* Fixed limits of the simulation, the one source for the runtime and the
+ * glue. (A real driver reports such numbers through device attributes; the
+ * glue sizes its per-device tables with OR_MAX_DEVICES.) */
+#define OR_MAX_DEVICES 16
+#define OR_MALLOC_ALIGNMENT 512 /* every orMalloc result is aligned to this */
+
 /* ---------------------------------------------------------------- errors */
 typedef enum orError_t {
   orSuccess = 0,
@@ -186,6 +193,10 @@ enum {
    * Vendor: real devices have no such mode; launches are asynchronous. */
   orLaunchSynchronous = 0x1
 };
+/* Simulation only, like the spin kernel behind torch.cuda._sleep: occupy
+ * `stream` for `microseconds` of device time. Never runs inline, so the
+ * caller returns at once and the stream reports not-ready meanwhile. */
+OR_API orError_t orLaunchSleep(orStream_t stream, unsigned long long microseconds);
 /* Launch a kernel in stream order. `name` is recorded by the tracer and must
  * stay valid for the life of the process (use a string literal). */
 OR_API orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn,

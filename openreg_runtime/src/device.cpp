@@ -130,7 +130,7 @@ Config load_config() {
       c.device_count = 0;
     } else {
       // Keep the capacity a whole number of pages.
-      c.capacity = (v + 4095) & ~size_t(4095);
+      c.capacity = round_up(v, kPageSize);
     }
   }
   if (const char* s = getenv("OPENREG_STRICT_MEMORY")) {
@@ -341,7 +341,7 @@ orError_t orGetDeviceProperties(orDeviceProp* prop, int device) {
   prop->strictMemory = c.strict ? 1 : 0;
   orDeviceGetStreamPriorityRange(&prop->streamPriorityLeast,
                                  &prop->streamPriorityGreatest);
-  prop->pageSize = 4096;
+  prop->pageSize = kPageSize;
   return orSuccess;
 }
 

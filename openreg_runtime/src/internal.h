@@ -20,8 +20,24 @@
 
 namespace openreg {
 
-constexpr int kMaxDevices = 16;
-constexpr size_t kAlignment = 512;  // every orMalloc result is 512-aligned
+constexpr int kMaxDevices = OR_MAX_DEVICES;
+constexpr size_t kAlignment = OR_MALLOC_ALIGNMENT;
+constexpr size_t kPageSize = 4096;  // capacities and pinned buffers are whole pages
+
+constexpr size_t round_up(size_t n, size_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+// The entry of an offset->length map whose range [first, first+second)
+// contains `key`, or m.end(). Used for device blocks and pinned buffers.
+template <typename Key>
+typename std::map<Key, size_t>::const_iterator find_enclosing(
+    const std::map<Key, size_t>& m, Key key) {
+  auto it = m.upper_bound(key);
+  if (it == m.begin()) return m.end();
+  --it;
+  return key < it->first + it->second ? it : m.end();
+}
 
 uint64_t now_ns();
 
@@ -46,11 +62,10 @@ const Config& config();
 bool in_forked_child();
 #define OPENREG_FORK_MESSAGE                                               \
   "the openreg runtime was initialised in the parent process and cannot " \
-  "be used in a forked child; use the 'spawn' start method"  // the runtime was initialised by a parent process
+  "be used in a forked child; use the 'spawn' start method"
 
 // ------------------------------------------------------------ memory
 struct Arena {
-  int device = -1;
   char* base = nullptr;   // device addresses (PROT_NONE in strict mode)
   char* kview = nullptr;  // kernel view; == base when strict mode is off
   size_t capacity = 0;
@@ -60,12 +75,6 @@ struct Arena {
   std::set<std::pair<size_t, size_t>> free_by_len;  // (length, offset)
   std::map<size_t, size_t> used;                    // offset -> length
   size_t used_bytes = 0;
-
-  bool contains(const void* p) const {
-    auto a = reinterpret_cast<uintptr_t>(p);
-    auto b = reinterpret_cast<uintptr_t>(base);
-    return a >= b && a < b + capacity;
-  }
 };
 
 // Which device's arena holds p, or -1. Lock-free: arena ranges never change.
@@ -97,7 +106,7 @@ Device* peek_device(int index);
 int current_device_index();
 void init_arena(Device& dev);  // memory.cpp
 void install_fault_handler();  // memory.cpp
-void init_device_streams(Device& dev);  // stream.cpp
+void init_device_streams(Device& dev);  // scheduler.cpp
 
 // ------------------------------------------------------------ scheduler
 struct EventState;
@@ -105,7 +114,6 @@ struct EventState;
 struct Item {
   enum Type { Kernel, HostFunc, Memcpy, Memset, Record, Wait } type;
   const char* name = "";
-  uint64_t seq = 0;    // per stream
   uint64_t order = 0;  // global enqueue order (FIFO between equal priorities)
   unsigned long long correlation = 0;
   orKernelFn_t kfn = nullptr;
@@ -127,8 +135,6 @@ struct Stream {
   bool is_default = false;
   std::deque<Item> queue;
   bool running = false;  // an item (or a synchronous launch) is executing
-  uint64_t enqueued_seq = 0;
-  uint64_t completed_seq = 0;
   orError_t error = orSuccess;  // first asynchronous error, until reported
   std::string error_message;
 

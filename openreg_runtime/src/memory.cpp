@@ -33,15 +33,12 @@ namespace openreg {
 
 namespace {
 
-constexpr size_t kPage = 4096;
 constexpr size_t kReleaseThreshold = size_t(1) << 20;
 
 // Arena ranges, readable from the signal handler without locks.
 std::atomic<uintptr_t> g_arena_lo[kMaxDevices];
 std::atomic<uintptr_t> g_arena_hi[kMaxDevices];
 Arena* g_arenas[kMaxDevices];
-
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 void insert_free(Arena& a, size_t off, size_t len) {
   // Coalesce with neighbours.
@@ -66,8 +63,8 @@ void insert_free(Arena& a, size_t off, size_t len) {
   // Give whole pages of large free ranges back to the OS so a cached-then-
   // freed multi-GB segment does not pin host RAM.
   if (len >= kReleaseThreshold) {
-    size_t lo = round_up(off, kPage);
-    size_t hi = (off + len) / kPage * kPage;
+    size_t lo = round_up(off, kPageSize);
+    size_t hi = (off + len) / kPageSize * kPageSize;
     if (hi > lo) {
       if (a.memfd >= 0) {
         fallocate(a.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
@@ -164,7 +161,6 @@ void install_fault_handler() {
 void init_arena(Device& dev) {
   const Config& c = config();
   auto a = std::make_unique<Arena>();
-  a->device = dev.index;
   a->capacity = c.capacity;
   int flags_noreserve = MAP_NORESERVE;
   // [docs:dual-mapping]
@@ -224,14 +220,8 @@ void* kernel_address(int device, const void* p, size_t n, std::string* why) {
   Arena& a = arena(device);
   size_t off = size_t(static_cast<const char*>(p) - a.base);
   std::lock_guard<std::mutex> g(a.mu);
-  auto it = a.used.upper_bound(off);
-  if (it == a.used.begin()) {
-    if (why) *why = format("device address %p (openreg:%d) is not inside a live allocation",
-                           p, device);
-    return nullptr;
-  }
-  --it;
-  if (off >= it->first + it->second) {
+  auto it = find_enclosing(a.used, off);
+  if (it == a.used.end()) {
     if (why) *why = format("device address %p (openreg:%d) is not inside a live allocation "
                            "(freed, or never allocated)", p, device);
     return nullptr;
@@ -256,16 +246,22 @@ std::map<uintptr_t, size_t>& pinned() {
 bool is_pinned_range(const void* p, size_t n) {
   auto v = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> g(g_pinned_mu);
-  auto& m = pinned();
-  auto it = m.upper_bound(v);
-  if (it == m.begin()) return false;
-  --it;
-  return v >= it->first && v + n <= it->first + it->second;
+  auto it = find_enclosing(pinned(), v);
+  return it != pinned().end() && v + n <= it->first + it->second;
 }
 
 }  // namespace openreg
 
 using namespace openreg;
+
+namespace {
+orError_t out_of_memory(int device, size_t size, const Arena& a) {
+  return fail(orErrorMemoryAllocation,
+              "orMalloc: out of memory on device openreg:%d: requested %zu "
+              "bytes, capacity %zu bytes, in use %zu bytes",
+              device, size, a.capacity, a.used_bytes);
+}
+}  // namespace
 
 extern "C" {
 
@@ -278,19 +274,13 @@ orError_t orMalloc(void** devPtr, size_t size) {
   if (size == 0) return orSuccess;
   Arena& a = *dev->arena;
   if (size > a.capacity) {
-    return fail(orErrorMemoryAllocation,
-                "orMalloc: out of memory on device openreg:%d: requested %zu "
-                "bytes, capacity %zu bytes, in use %zu bytes",
-                idx, size, a.capacity, a.used_bytes);
+    return out_of_memory(idx, size, a);
   }
-  size_t len = (size + kAlignment - 1) / kAlignment * kAlignment;
+  size_t len = round_up(size, kAlignment);
   std::lock_guard<std::mutex> g(a.mu);
   auto it = a.free_by_len.lower_bound({len, 0});
   if (it == a.free_by_len.end()) {
-    return fail(orErrorMemoryAllocation,
-                "orMalloc: out of memory on device openreg:%d: requested %zu "
-                "bytes, capacity %zu bytes, in use %zu bytes",
-                idx, size, a.capacity, a.used_bytes);
+    return out_of_memory(idx, size, a);
   }
   size_t flen = it->first, off = it->second;
   a.free_by_len.erase(it);
@@ -348,7 +338,7 @@ orError_t orMallocHost(void** ptr, size_t size) {
   if (!ptr) return fail(orErrorInvalidValue, "orMallocHost: ptr is NULL");
   *ptr = nullptr;
   if (size == 0) return orSuccess;
-  size_t len = (size + 4095) & ~size_t(4095);
+  size_t len = round_up(size, kPageSize);
   void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
@@ -392,29 +382,22 @@ orError_t orPointerGetAttributes(orPointerAttributes* attr, const void* ptr) {
     size_t off = size_t(static_cast<const char*>(ptr) - a.base);
     attr->hostPointer = a.kview + off;
     std::lock_guard<std::mutex> g(a.mu);
-    auto it = a.used.upper_bound(off);
-    if (it != a.used.begin()) {
-      --it;
-      if (off < it->first + it->second) {
-        attr->devicePointer = a.base + it->first;
-        attr->allocationSize = it->second;
-      }
+    auto it = find_enclosing(a.used, off);
+    if (it != a.used.end()) {
+      attr->devicePointer = a.base + it->first;
+      attr->allocationSize = it->second;
     }
     return orSuccess;
   }
   auto v = reinterpret_cast<uintptr_t>(ptr);
   std::lock_guard<std::mutex> g(g_pinned_mu);
-  auto& m = pinned();
-  auto it = m.upper_bound(v);
-  if (it != m.begin()) {
-    --it;
-    if (v < it->first + it->second) {
-      attr->type = orMemoryTypeHost;
-      attr->hostPointer = const_cast<void*>(ptr);
-      attr->devicePointer = reinterpret_cast<void*>(it->first);
-      attr->allocationSize = it->second;
-      return orSuccess;
-    }
+  auto it = find_enclosing(pinned(), v);
+  if (it != pinned().end()) {
+    attr->type = orMemoryTypeHost;
+    attr->hostPointer = const_cast<void*>(ptr);
+    attr->devicePointer = reinterpret_cast<void*>(it->first);
+    attr->allocationSize = it->second;
+    return orSuccess;
   }
   attr->type = orMemoryTypeUnregistered;
   attr->hostPointer = const_cast<void*>(ptr);

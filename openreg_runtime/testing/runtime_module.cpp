@@ -81,11 +81,6 @@ void log_fn(void* p) {
   delete e;
 }
 
-void sleep_fn(void* p) {
-  auto us = reinterpret_cast<uintptr_t>(p);
-  std::this_thread::sleep_for(std::chrono::microseconds(us));
-}
-
 // A "kernel" that fills int32 device memory through the kernel view.
 struct FillArgs {
   int32_t* kview;
@@ -102,7 +97,6 @@ orError_t failing_kernel(void*) { return orErrorLaunchFailure; }
 
 // Trace capture.
 std::mutex g_trace_mu;
-std::vector<py::dict>* g_trace_records = nullptr;
 struct TraceRec {
   int kind;
   std::string name;
@@ -128,7 +122,6 @@ PYBIND11_MODULE(_runtime, m) {
   m.doc() = "OpenReg runtime C API, exposed for tests (no torch dependency)";
 
   // OpenRegError(message, code, name)
-  py::object builtins = py::module_::import("builtins");
   py::dict ns;
   py::exec(R"(
 class OpenRegError(RuntimeError):
@@ -149,7 +142,8 @@ class OpenRegError(RuntimeError):
   m.attr("DeviceToDevice") = int(orMemcpyDeviceToDevice);
   m.attr("Default") = int(orMemcpyDefault);
   m.attr("EventDisableTiming") = int(orEventDisableTiming);
-  m.attr("ALIGNMENT") = 512;
+  m.attr("ALIGNMENT") = OR_MALLOC_ALIGNMENT;
+  m.attr("MAX_DEVICES") = OR_MAX_DEVICES;
 
   m.def("error_name", [](int e) { return std::string(orGetErrorName(orError_t(e))); });
   m.def("error_string", [](int e) { return std::string(orGetErrorString(orError_t(e))); });
@@ -355,7 +349,7 @@ class OpenRegError(RuntimeError):
     check(orLaunchHostFunc(S(s), log_fn, new LogEntry{log.get(), value, sleep_us}));
   }, py::arg("stream"), py::arg("log"), py::arg("value"), py::arg("sleep_us") = 0);
   m.def("launch_sleep", [](uintptr_t s, long us) {
-    check(orLaunchHostFunc(S(s), sleep_fn, reinterpret_cast<void*>(uintptr_t(us))));
+    check(orLaunchSleep(S(s), static_cast<unsigned long long>(us)));
   });
   m.def("launch_fill_i32", [](uintptr_t s, uintptr_t devptr, size_t n, int32_t value, bool sync) {
     orPointerAttributes a;
@@ -410,5 +404,4 @@ class OpenRegError(RuntimeError):
     return out;
   });
   m.def("set_correlation_id", [](unsigned long long id) { check(orTraceSetCorrelationId(id)); });
-  (void)builtins;
 }

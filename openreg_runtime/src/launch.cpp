@@ -1,0 +1,65 @@
+// Launching device work: kernels and host functions (cudaLaunchKernel,
+// cudaLaunchHostFunc).
+#include "scheduler.h"
+
+#include <chrono>
+
+using namespace openreg;
+
+namespace {
+void sleep_host_fn(void* us) {
+  std::this_thread::sleep_for(
+      std::chrono::microseconds(reinterpret_cast<uintptr_t>(us)));
+}
+}  // namespace
+
+extern "C" {
+
+orError_t orLaunchHostFunc(orStream_t stream, orHostFn_t fn, void* userData) {
+  if (!fn) return fail(orErrorInvalidValue, "orLaunchHostFunc: fn is NULL");
+  Stream* s = resolve_stream(stream, "orLaunchHostFunc");
+  if (!s) return orPeekAtLastError();
+  Item it;
+  it.type = Item::HostFunc;
+  it.name = "orLaunchHostFunc";
+  it.hfn = fn;
+  it.args = userData;
+  submit(s, std::move(it), /*inline_ok=*/false);
+  return orSuccess;
+}
+
+orError_t orLaunchSleep(orStream_t stream, unsigned long long microseconds) {
+  Stream* s = resolve_stream(stream, "orLaunchSleep");
+  if (!s) return orPeekAtLastError();
+  Item it;
+  it.type = Item::HostFunc;
+  it.name = "orLaunchSleep";
+  it.hfn = sleep_host_fn;
+  it.args = reinterpret_cast<void*>(uintptr_t(microseconds));
+  submit(s, std::move(it), /*inline_ok=*/false);
+  return orSuccess;
+}
+
+orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
+                         const char* name, unsigned int flags) {
+  if (!fn) return fail(orErrorInvalidValue, "orLaunchKernel: fn is NULL");
+  if (flags & ~unsigned(orLaunchSynchronous))
+    return fail(orErrorInvalidValue, "orLaunchKernel: unknown flags 0x%x", flags);
+  Stream* s = resolve_stream(stream, "orLaunchKernel");
+  if (!s) return orPeekAtLastError();
+  Item it;
+  it.type = Item::Kernel;
+  it.name = name ? name : "kernel";
+  it.kfn = fn;
+  it.args = args;
+  if (flags & orLaunchSynchronous) {
+    std::string why;
+    orError_t e = run_synchronously(s, std::move(it), &why);
+    if (e != orSuccess) return fail(e, "orLaunchKernel: %s", why.c_str());
+    return orSuccess;
+  }
+  submit(s, std::move(it), /*inline_ok=*/true);
+  return orSuccess;
+}
+
+}  // extern "C"

@@ -1,0 +1,312 @@
+// The simulated device's scheduler: per-device worker threads that run the
+// items queued on streams.
+//
+// Each device has `multiProcessorCount` worker threads (started on the first
+// asynchronous launch). A worker picks, among the device's streams whose head
+// item is ready, the one with the highest priority (lowest number), FIFO
+// between equals, and runs that item with the scheduler lock released. A
+// stream never runs two items at once, so work on one stream is in order;
+// work on different streams is ordered only by events (Wait items).
+//
+// Fast path: a kernel, memset or device-to-device copy launched on an idle
+// stream runs inline on the calling thread. That is unobservable: the stream
+// is marked running while it executes, exactly as if a worker had it.
+//
+// Vendor: this file is what your hardware queues and firmware do. The torch
+// glue only relies on the semantics in openreg.h.
+#include "scheduler.h"
+
+#include <cstring>
+
+namespace openreg {
+
+std::mutex& sched_mu() {
+  static auto* m = new std::mutex();  // leaked: workers outlive static dtors
+  return *m;
+}
+std::condition_variable& cv_done() {
+  static auto* c = new std::condition_variable();
+  return *c;
+}
+
+namespace {
+
+std::condition_variable& cv_work() {  // workers wait for runnable items
+  static auto* c = new std::condition_variable();
+  return *c;
+}
+std::unordered_set<Stream*>& live_streams() {
+  static auto* s = new std::unordered_set<Stream*>();
+  return *s;
+}
+
+std::atomic<unsigned long long> g_next_stream_id{1};
+uint64_t g_order = 0;  // guarded by sched_mu()
+
+void wake_all() {
+  cv_done().notify_all();
+  cv_work().notify_all();
+}
+
+// Give a new item its place in the global FIFO and the launching thread's
+// correlation id. sched_mu() held.
+void stamp(Item& it) {
+  it.order = ++g_order;
+  it.correlation = current_correlation();
+}
+
+// ------------------------------------------------------------ execution
+// Resolve a copy's pointers to addresses the host can touch, validating
+// every device range against the live allocations at the moment the copy
+// runs (so a use-after-free in queued work is caught, not silently done).
+orError_t resolve_copy(const Item& it, void** dst, const void** src,
+                       std::string* why) {
+  *dst = it.dst;
+  *src = it.src;
+  int dd = device_of_pointer(it.dst);
+  int sd = device_of_pointer(it.src);
+  if (dd >= 0) {
+    *dst = kernel_address(dd, it.dst, it.count, why);
+    if (!*dst) return orErrorIllegalAddress;
+  }
+  if (sd >= 0) {
+    *src = kernel_address(sd, it.src, it.count, why);
+    if (!*src) return orErrorIllegalAddress;
+  }
+  return orSuccess;
+}
+
+// Run one item's body (no scheduler lock held). Returns its error.
+orError_t execute(const Item& it, std::string* why) {
+  switch (it.type) {
+    case Item::Kernel: {
+      orError_t e = it.kfn(it.args);
+      if (e != orSuccess)
+        *why = format("kernel '%s' failed: %s", it.name, orGetErrorString(e));
+      return e;
+    }
+    case Item::HostFunc:
+      it.hfn(it.args);
+      return orSuccess;
+    case Item::Memcpy: {
+      void* d;
+      const void* s;
+      orError_t e = resolve_copy(it, &d, &s, why);
+      if (e != orSuccess) return e;
+      if (it.count) memmove(d, s, it.count);
+      return orSuccess;
+    }
+    case Item::Memset: {
+      int dev = device_of_pointer(it.dst);
+      void* d = kernel_address(dev, it.dst, it.count, why);
+      if (!d) return orErrorIllegalAddress;
+      memset(d, it.value, it.count);
+      return orSuccess;
+    }
+    default:
+      return orSuccess;
+  }
+}
+
+// Keep the first asynchronous error of a stream until it is reported.
+// sched_mu() held.
+void record_error(Stream* s, const Item& it, orError_t err, const std::string& why) {
+  if (err == orSuccess || s->error != orSuccess) return;
+  s->error = err;
+  s->error_message = format("%s (stream %llu, device openreg:%d) failed "
+                            "asynchronously: %s", it.name, s->id, s->device,
+                            why.c_str());
+}
+
+// Run an item the caller has claimed (stream marked running, sched_mu() held
+// by `lk`): release the lock while it executes (traced), then take it back,
+// mark the stream free, complete the markers behind it and wake waiters.
+orError_t run_claimed(Stream* s, const Item& it,
+                      std::unique_lock<std::mutex>& lk, std::string* why) {
+  lk.unlock();
+  const bool tracing = tracing_enabled();
+  uint64_t t0 = tracing ? now_ns() : 0;
+  orError_t err = execute(it, why);
+  if (tracing) trace_item(it, s->device, s->id, t0, now_ns());
+  lk.lock();
+  s->running = false;
+  return err;
+}
+
+void finish_claimed(Stream* s) {
+  drain_markers(s);
+  wake_all();
+}
+
+void worker_loop(Device* dev) {
+  std::unique_lock<std::mutex> lk(sched_mu());
+  for (;;) {
+    // [docs:scheduler-pick]
+    Stream* best = nullptr;
+    bool progressed = false;
+    for (Stream* s : dev->streams) {
+      if (drain_markers(s)) progressed = true;
+      if (s->running || s->queue.empty()) continue;
+      const Item& head = s->queue.front();
+      if (head.type == Item::Wait || head.type == Item::Record) continue;
+      if (!best || s->priority < best->priority ||
+          (s->priority == best->priority &&
+           head.order < best->queue.front().order)) {
+        best = s;
+      }
+    }
+    if (!best) {
+      // Completing a marker may have made an earlier-scanned stream ready:
+      // scan again before sleeping.
+      if (progressed) continue;
+      cv_work().wait(lk);
+      continue;
+    }
+    // [docs:scheduler-pick:end]
+    Item it = std::move(best->queue.front());
+    best->queue.pop_front();
+    best->running = true;
+    std::string why;
+    orError_t err = run_claimed(best, it, lk, &why);
+    record_error(best, it, err, why);
+    finish_claimed(best);
+  }
+}
+
+void ensure_workers(Device* dev) {
+  // sched_mu() held.
+  if (dev->workers_started) return;
+  dev->workers_started = true;
+  for (int i = 0; i < config().workers; ++i) {
+    std::thread t(worker_loop, dev);
+    t.detach();  // workers live as long as the process
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ streams
+void init_device_streams(Device& dev) {
+  auto* s = new orStream_st();
+  s->device = dev.index;
+  s->priority = 0;
+  s->is_default = true;
+  dev.default_stream = s;
+  register_stream(dev, s);
+}
+
+void register_stream(Device& dev, Stream* s) {
+  s->id = g_next_stream_id++;
+  std::lock_guard<std::mutex> g(sched_mu());
+  dev.streams.push_back(s);
+  live_streams().insert(s);
+}
+
+void unregister_stream(Stream* s) {
+  std::unique_lock<std::mutex> lk(sched_mu());
+  // Pending work completes first (CUDA releases the stream afterwards).
+  wait_idle_locked(lk, s);
+  live_streams().erase(s);
+  auto& v = peek_device(s->device)->streams;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == s) {
+      v.erase(v.begin() + long(i));
+      break;
+    }
+  }
+}
+
+bool is_live_stream(Stream* s) { return live_streams().count(s) != 0; }
+
+Stream* resolve_stream(orStream_t handle, const char* call) {
+  if (!handle) {
+    Device* dev = get_device(current_device_index(), call);
+    return dev ? dev->default_stream : nullptr;
+  }
+  Stream* s = static_cast<Stream*>(handle);
+  {
+    std::lock_guard<std::mutex> g(sched_mu());
+    if (!is_live_stream(s)) {
+      fail(orErrorInvalidResourceHandle,
+           "%s: %p is not a live stream (destroyed, or never created)", call,
+           static_cast<void*>(handle));
+      return nullptr;
+    }
+  }
+  if (in_forked_child()) {
+    fail(orErrorInitializationError, "%s: " OPENREG_FORK_MESSAGE, call);
+    return nullptr;
+  }
+  return s;
+}
+
+orError_t take_error(Stream* s, const char* call) {
+  if (s->error == orSuccess) return orSuccess;
+  orError_t e = s->error;
+  std::string msg = std::move(s->error_message);
+  s->error = orSuccess;
+  s->error_message.clear();
+  return fail(e, "%s: %s", call, msg.c_str());
+}
+
+// ------------------------------------------------------------ queueing
+bool drain_markers(Stream* s) {
+  bool changed = false;
+  while (!s->running && !s->queue.empty()) {
+    Item& head = s->queue.front();
+    if (head.type == Item::Record) {
+      head.event->time_ns = now_ns();
+      head.event->completed = true;
+    } else if (head.type != Item::Wait || !head.event->completed) {
+      break;
+    }
+    s->queue.pop_front();
+    changed = true;
+  }
+  // A completed marker can unblock waiters anywhere: other streams' Wait
+  // items (on any device) and host threads in synchronize calls. Callers on
+  // host threads (query, synchronize, record) get here too, so the wake-up
+  // must not depend on a worker noticing.
+  if (changed) wake_all();
+  return changed;
+}
+
+void wait_idle_locked(std::unique_lock<std::mutex>& lk, Stream* s) {
+  cv_done().wait(lk, [&] {
+    drain_markers(s);
+    return s->idle();
+  });
+}
+
+void enqueue_locked(Stream* s, Item it) {
+  stamp(it);
+  s->queue.push_back(std::move(it));
+  ensure_workers(peek_device(s->device));
+  cv_work().notify_all();
+}
+
+void submit(Stream* s, Item it, bool inline_ok) {
+  std::unique_lock<std::mutex> lk(sched_mu());
+  if (!(inline_ok && s->idle())) {
+    enqueue_locked(s, std::move(it));
+    return;
+  }
+  stamp(it);
+  s->running = true;
+  std::string why;
+  orError_t err = run_claimed(s, it, lk, &why);
+  record_error(s, it, err, why);
+  finish_claimed(s);
+}
+
+orError_t run_synchronously(Stream* s, Item it, std::string* why) {
+  std::unique_lock<std::mutex> lk(sched_mu());
+  wait_idle_locked(lk, s);
+  stamp(it);
+  s->running = true;
+  orError_t err = run_claimed(s, it, lk, why);  // errors go straight back
+  finish_claimed(s);
+  return err;
+}
+
+}  // namespace openreg

@@ -1,0 +1,53 @@
+// The scheduler's private interface, shared by the files that enqueue work
+// (streams, events, copies, launches) and the one that runs it
+// (scheduler.cpp). Nothing here is visible to the torch glue.
+#pragma once
+
+#include "internal.h"
+
+namespace openreg {
+
+// One lock for the scheduler state of all devices: cross-device waits make
+// finer locking error-prone, and every critical section is tiny.
+std::mutex& sched_mu();
+// Signalled whenever work completes; host threads that synchronise wait on it.
+std::condition_variable& cv_done();
+
+// ---- called WITHOUT sched_mu() held
+// Resolve a user stream handle; NULL means the current device's default
+// stream. Returns nullptr with the thread's error set.
+Stream* resolve_stream(orStream_t handle, const char* call);
+// Make `s` known to the scheduler (live handle, scanned by its device's
+// workers), or forget it once its queued work is done.
+void register_stream(Device& dev, Stream* s);
+void unregister_stream(Stream* s);
+// Enqueue `it` on `s` (asynchronous). If `inline_ok` and the stream is idle,
+// run it on this thread instead; its error is then reported at the next
+// synchronisation, exactly as for queued work.
+void submit(Stream* s, Item it, bool inline_ok);
+// Wait for the stream's earlier work, then run `it` on this thread and
+// return its error (nothing is deferred).
+orError_t run_synchronously(Stream* s, Item it, std::string* why);
+
+// ---- called WITH sched_mu() held
+// Append a marker or work item to the queue and wake a worker.
+void enqueue_locked(Stream* s, Item it);
+// Pop Record/Wait items at the head of `s` that can complete now; true if
+// anything changed (and waiters were woken).
+bool drain_markers(Stream* s);
+// Wait (releasing the lock) until `s` has no queued or running work.
+void wait_idle_locked(std::unique_lock<std::mutex>& lk, Stream* s);
+// Report and clear the stream's pending asynchronous error, if any.
+orError_t take_error(Stream* s, const char* call);
+bool is_live_stream(Stream* s);
+// Fails with orErrorInvalidResourceHandle naming `call` unless `e` is live.
+orError_t check_live_event(orEvent_t e, const char* call);  // event.cpp
+
+// ---- tracing (trace.cpp)
+bool tracing_enabled();
+// The correlation id the calling host thread tags its launches with.
+unsigned long long current_correlation();
+void trace_item(const Item& it, int device, unsigned long long stream_id,
+                uint64_t t0, uint64_t t1);
+
+}  // namespace openreg
