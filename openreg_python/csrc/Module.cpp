@@ -2,7 +2,6 @@
 // Importing it loads libtorch_openreg, whose static initialisers register
 // the allocator, guard, hooks, host allocator and kernels with PyTorch.
 #include "aten/KernelView.h"
-#include "aten/StubKernels.h"
 #include "runtime/OpenRegAllocator.h"
 #include "runtime/OpenRegFunctions.h"
 #include "runtime/OpenRegGenerator.h"
@@ -14,9 +13,6 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
-
-#include <chrono>
-#include <thread>
 
 namespace py = pybind11;
 
@@ -40,11 +36,6 @@ c10::Stream unpack_stream(int64_t id, int64_t device_index) {
                      c10::Device(c10::DeviceType::PrivateUse1,
                                  static_cast<c10::DeviceIndex>(device_index)),
                      static_cast<c10::StreamId>(id));
-}
-
-void sleep_fn(void* arg) {
-  auto us = reinterpret_cast<uintptr_t>(arg);
-  std::this_thread::sleep_for(std::chrono::microseconds(us));
 }
 
 }  // namespace
@@ -84,20 +75,10 @@ PYBIND11_MODULE(_C, m) {
     return static_cast<int>(
         torch_openreg::maybe_exchange_device(static_cast<c10::DeviceIndex>(index)));
   });
-  m.def("_get_device_properties", [](int64_t index) {
-    auto idx = index_or_current(index);
-    orDeviceProp p;
-    OPENREG_CHECK(orGetDeviceProperties(&p, idx));
-    py::dict d;
-    d["name"] = std::string(p.name);
-    d["total_memory"] = p.totalGlobalMem;
-    d["multi_processor_count"] = p.multiProcessorCount;
-    d["major"] = p.major;
-    d["minor"] = p.minor;
-    d["strict_memory"] = static_cast<bool>(p.strictMemory);
-    d["stream_priority_least"] = p.streamPriorityLeast;
-    d["stream_priority_greatest"] = p.streamPriorityGreatest;
-    return d;
+  // The one device-index check (torch.openreg's Python API uses it too).
+  m.def("_check_device_index", [](int64_t index) {
+    check_device_index(static_cast<c10::DeviceIndex>(index));
+    return index;
   });
   m.def("_synchronize", [](int64_t index) {
     auto idx = index_or_current(index);
@@ -111,8 +92,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_sleep", [](int64_t us) {
     TORCH_CHECK(us >= 0, "_sleep: expected a non-negative duration, got ", us);
     auto idx = torch_openreg::current_device();
-    OPENREG_CHECK(orLaunchHostFunc(torch_openreg::currentNativeStream(idx), sleep_fn,
-                                   reinterpret_cast<void*>(static_cast<uintptr_t>(us))));
+    OPENREG_CHECK(orLaunchSleep(torch_openreg::currentNativeStream(idx),
+                                static_cast<unsigned long long>(us)));
   });
 
   // streams
@@ -162,7 +143,4 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_backend_meta", [](const at::Tensor& t) {
     return torch_openreg::get_backend_format(t);
   }, py::arg("tensor"));
-
-  // operators: proof that openreg's DispatchStub kernel is the one running
-  m.def("_addcmul_stub_calls", &torch_openreg::addcmul_stub_calls);
 }

@@ -90,8 +90,7 @@ class TestAllocationStats:
         b = a * 2  # produced by a CPU kernel running on device memory
         assert b.device.type == "openreg"
         assert torch.openreg.memory_allocated() == before + 4096
-        attrs_device = torch.openreg._C._get_device_properties(0)
-        assert attrs_device["name"]
+        assert torch.openreg.get_device_properties(0).name
 
 
 @pytest.mark.device

@@ -6,11 +6,73 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
+#include <c10/util/flat_hash_map.h>
 
 #include <cstring>
 #include <mutex>
 
 namespace torch_openreg {
+
+// ---- Kernel-view allocations
+// Outputs and workspaces of CPU code running on device memory. Each one is
+// an ordinary openreg allocation, handed to the CPU code as a DataPtr whose
+// data == context == the kernel-view address (device CPU, so CPU code may
+// write it, and may also take it through Allocator::raw_allocate/
+// raw_deallocate, as oneDNN does). The owning openreg DataPtr waits in this
+// map until the CPU DataPtr is freed or rehomed as an openreg one.
+namespace {
+std::mutex g_kv_mu;
+ska::flat_hash_map<void*, c10::DataPtr>& kv_allocations() {
+  static auto* m = new ska::flat_hash_map<void*, c10::DataPtr>();
+  return *m;
+}
+
+// The openreg DataPtr behind kernel-view address `kv` (empty if unknown),
+// no longer registered.
+c10::DataPtr take_kv_allocation(void* kv) {
+  std::lock_guard<std::mutex> g(g_kv_mu);
+  auto it = kv_allocations().find(kv);
+  if (it == kv_allocations().end()) return {};
+  c10::DataPtr owner = std::move(it->second);
+  kv_allocations().erase(it);
+  return owner;
+}
+
+void kv_deleter(void* kv) {
+  take_kv_allocation(kv);  // the owner frees the block as it goes
+}
+}  // namespace
+
+c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes) {
+  if (nbytes == 0) {
+    return {nullptr, nullptr, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DataPtr owner = allocateOn(device, nbytes);
+  void* kv = static_cast<char*>(owner.get()) + kernel_view_offset(device);
+  {
+    std::lock_guard<std::mutex> g(g_kv_mu);
+    kv_allocations().emplace(kv, std::move(owner));
+  }
+  return {kv, kv, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
+}
+
+bool freeKernelViewPointer(void* kv) {
+  return static_cast<bool>(take_kv_allocation(kv).get_context());
+}
+
+bool isKernelViewDataPtr(const c10::DataPtr& ptr) {
+  return ptr.get_deleter() == &kv_deleter;
+}
+
+c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr, c10::DeviceIndex device) {
+  TORCH_INTERNAL_ASSERT(isKernelViewDataPtr(ptr));
+  void* kv = ptr.get();
+  ptr.release_context();  // ownership moves to the returned DataPtr
+  if (!kv) return allocateOn(device, 0);  // zero bytes: still this device's
+  c10::DataPtr owner = take_kv_allocation(kv);
+  TORCH_INTERNAL_ASSERT(owner.get_context(), "openreg: unknown kernel-view allocation");
+  return owner;
+}
 
 namespace {
 

@@ -40,6 +40,20 @@ struct KernelScope {
   int prev_;
 };
 
+// Kernels that run ATen's CPU code on device memory allocate their outputs
+// and workspaces here: the returned DataPtr points at the kernel view of a
+// device block and claims device CPU, so CPU code can write it. Turn it into
+// a real openreg DataPtr with rehomeKernelViewDataPtr().
+c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes);
+// True if `ptr` came from allocateKernelView.
+bool isKernelViewDataPtr(const c10::DataPtr& ptr);
+// Frees a kernel-view allocation by address (Allocator::raw_deallocate
+// path); false if `kv` is not one.
+bool freeKernelViewPointer(void* kv);
+// Converts a DataPtr made by allocateKernelView on `device` into the openreg
+// DataPtr of the same block, without copying.
+c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr, c10::DeviceIndex device);
+
 // Installs the CPU-allocator shim that makes KernelScope work. Idempotent.
 void install_cpu_allocator_shim();
 

@@ -33,7 +33,8 @@ using c10::CachingAllocator::StatArray;
 using c10::CachingAllocator::StatType;
 using c10::CachingDeviceAllocator::DeviceStats;
 
-constexpr size_t kMinBlockSize = 512;
+// Split blocks must keep orMalloc's alignment.
+constexpr size_t kMinBlockSize = OR_MALLOC_ALIGNMENT;
 constexpr size_t kSmallSize = 1 << 20;       // largest "small" request
 constexpr size_t kSmallBuffer = 2 << 20;     // small-pool segment size
 constexpr size_t kLargeBuffer = 20 << 20;    // large-pool segment size
@@ -260,7 +261,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
   }
 
   DeviceState& state(c10::DeviceIndex device) {
-    static DeviceState* states = new DeviceState[64];
+    static DeviceState* states = new DeviceState[OR_MAX_DEVICES];
     return states[device];
   }
 
@@ -451,71 +452,9 @@ c10::DataPtr allocateOn(c10::DeviceIndex device, size_t nbytes) {
   return allocator().allocate_on(device, nbytes);
 }
 
-// Kernel-view allocations (see the header). Their DataPtr has data ==
-// context == the kernel-view address, so that CPU code may also take them
-// through Allocator::raw_allocate/raw_deallocate (oneDNN does); the block is
-// found again through this map.
-namespace {
-std::mutex g_kv_mu;
-ska::flat_hash_map<void*, Block*>& kv_blocks() {
-  static auto* m = new ska::flat_hash_map<void*, Block*>();
-  return *m;
-}
-
-Block* take_kv_block(void* kv) {
-  std::lock_guard<std::mutex> g(g_kv_mu);
-  auto it = kv_blocks().find(kv);
-  if (it == kv_blocks().end()) return nullptr;
-  Block* b = it->second;
-  kv_blocks().erase(it);
-  return b;
-}
-
-void kv_deleter(void* kv) {
-  if (Block* b = take_kv_block(kv)) allocator().free_block_from_user(b);
-}
-}  // namespace
-
-c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes) {
-  if (nbytes == 0) {
-    return {nullptr, nullptr, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
-  }
-  Block* b = allocator().malloc_block(device, nbytes);
-  void* kv = b->ptr + kernel_view_offset(device);
-  {
-    std::lock_guard<std::mutex> g(g_kv_mu);
-    kv_blocks()[kv] = b;
-  }
-  return {kv, kv, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
-}
-
-bool freeKernelViewPointer(void* kv) {
-  Block* b = take_kv_block(kv);
-  if (!b) return false;
-  allocator().free_block_from_user(b);
-  return true;
-}
-
-bool isKernelViewDataPtr(const c10::DataPtr& ptr) {
-  return ptr.get_deleter() == &kv_deleter;
-}
-
 bool isDeviceDataPtr(const c10::DataPtr& ptr) {
   return ptr.get_deleter() == &deleter &&
          ptr.device().type() == c10::DeviceType::PrivateUse1;
-}
-
-c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr, c10::DeviceIndex device) {
-  TORCH_INTERNAL_ASSERT(isKernelViewDataPtr(ptr));
-  void* kv = ptr.get();
-  Block* block = kv ? take_kv_block(kv) : nullptr;
-  TORCH_INTERNAL_ASSERT(!kv || block, "openreg: unknown kernel-view allocation");
-  ptr.release_context();  // ownership moves to the new DataPtr
-  if (!block) {  // a zero-byte allocation: no block, but still this device's
-    return {nullptr, nullptr, &deleter, c10::Device(c10::DeviceType::PrivateUse1, device)};
-  }
-  return {block->ptr, block, &deleter,
-          c10::Device(c10::DeviceType::PrivateUse1, block->device)};
 }
 
 }  // namespace torch_openreg

@@ -10,9 +10,9 @@
 namespace torch_openreg {
 
 // Throws c10::Error (c10::OutOfMemoryError for orErrorMemoryAllocation) with
-// "openreg error in <call>: <name> (<reason>): <runtime detail>".
-[[noreturn]] void throw_runtime_error(orError_t err, const char* call,
-                                      const char* file, int line);
+// "openreg error in <call>: <name> (<reason>): <runtime detail>". (c10::Error
+// already records the C++ location; the message names the runtime call.)
+[[noreturn]] void throw_runtime_error(orError_t err, const char* call);
 
 }  // namespace torch_openreg
 
@@ -21,7 +21,6 @@ namespace torch_openreg {
   do {                                                                   \
     const orError_t __or_err = (EXPR);                                   \
     if (C10_UNLIKELY(__or_err != orSuccess)) {                           \
-      ::torch_openreg::throw_runtime_error(__or_err, #EXPR, __FILE__,    \
-                                           __LINE__);                    \
+      ::torch_openreg::throw_runtime_error(__or_err, #EXPR);             \
     }                                                                    \
   } while (0)

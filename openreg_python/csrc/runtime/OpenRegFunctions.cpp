@@ -8,8 +8,7 @@
 
 namespace torch_openreg {
 
-void throw_runtime_error(orError_t err, const char* call, const char* file,
-                         int line) {
+void throw_runtime_error(orError_t err, const char* call) {
   orGetLastError();  // consume the runtime's sticky copy
   std::string detail = orGetLastErrorMessage();
   // Name the call when the check wraps one (not a variable holding a code);
@@ -18,8 +17,6 @@ void throw_runtime_error(orError_t err, const char* call, const char* file,
   std::string msg = std::string("openreg error") + where + ": " +
                     orGetErrorName(err) + " (" + orGetErrorString(err) + ")";
   if (!detail.empty()) msg += ": " + detail;
-  (void)file;
-  (void)line;
   if (err == orErrorMemoryAllocation) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
   }
@@ -73,9 +70,10 @@ c10::DeviceIndex maybe_exchange_device(c10::DeviceIndex index) {
 
 intptr_t kernel_view_offset(c10::DeviceIndex index) {
   // The offset of a device never changes once it is initialised: cache it.
-  static std::array<std::atomic<intptr_t>, 64> cache{};
-  static std::array<std::atomic<bool>, 64> known{};
-  if (C10_LIKELY(index >= 0 && index < 64 && known[index].load(std::memory_order_acquire)))
+  static std::array<std::atomic<intptr_t>, OR_MAX_DEVICES> cache{};
+  static std::array<std::atomic<bool>, OR_MAX_DEVICES> known{};
+  if (C10_LIKELY(index >= 0 && index < OR_MAX_DEVICES &&
+                 known[index].load(std::memory_order_acquire)))
     return cache[index].load(std::memory_order_relaxed);
   check_device_index(index);
   intptr_t off = 0;

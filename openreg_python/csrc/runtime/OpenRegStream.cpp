@@ -11,10 +11,24 @@ namespace torch_openreg {
 
 namespace {
 
-constexpr int kMaxDevices = 64;
 constexpr int kMaxStreams = 4096;  // per device
 constexpr int kPoolSize = 32;      // per priority level, as in CUDA
-constexpr int kPriorityLevels = 4; // 0, -1, -2, -3 (orDeviceGetStreamPriorityRange)
+// Upper bound for the pool tables; the levels in use come from the runtime
+// (orDeviceGetStreamPriorityRange), see priority_levels().
+constexpr int kMaxPriorityLevels = 8;
+
+int priority_levels() {
+  static const int levels = [] {
+    int least = 0, greatest = 0;
+    OPENREG_CHECK(orDeviceGetStreamPriorityRange(&least, &greatest));
+    int n = least - greatest + 1;
+    TORCH_CHECK(n >= 1 && n <= kMaxPriorityLevels, "openreg: the runtime reports ",
+                n, " stream priority levels; the glue supports at most ",
+                kMaxPriorityLevels);
+    return n;
+  }();
+  return levels;
+}
 
 struct DeviceStreams {
   std::once_flag init;
@@ -25,13 +39,13 @@ struct DeviceStreams {
   std::array<int, kMaxStreams> priorities{};
   std::atomic<int> count{0};
   // Pools: lazily filled ids per priority level.
-  std::array<std::array<int, kPoolSize>, kPriorityLevels> pool_ids{};
-  std::array<bool, kPriorityLevels> pool_ready{};
-  std::array<std::atomic<uint32_t>, kPriorityLevels> pool_next{};
+  std::array<std::array<int, kPoolSize>, kMaxPriorityLevels> pool_ids{};
+  std::array<bool, kMaxPriorityLevels> pool_ready{};
+  std::array<std::atomic<uint32_t>, kMaxPriorityLevels> pool_next{};
 };
 
 DeviceStreams& table(c10::DeviceIndex device) {
-  static DeviceStreams* tables = new DeviceStreams[kMaxDevices];
+  static DeviceStreams* tables = new DeviceStreams[OR_MAX_DEVICES];
   return tables[device];
 }
 
@@ -41,12 +55,8 @@ int add_stream_locked(DeviceStreams& t, c10::DeviceIndex device, int priority) {
               static_cast<int>(device), " (limit ", kMaxStreams, ")");
   orStream_t s = nullptr;
   {
-    int prev = 0;
-    OPENREG_CHECK(orGetDevice(&prev));
-    OPENREG_CHECK(orSetDevice(device));
-    orError_t err = orStreamCreateWithPriority(&s, 0, priority);
-    orSetDevice(prev);
-    OPENREG_CHECK(err);
+    DeviceScope scope(device);  // streams are created on the current device
+    OPENREG_CHECK(orStreamCreateWithPriority(&s, 0, priority));
   }
   int actual = 0;
   OPENREG_CHECK(orStreamGetPriority(s, &actual));
@@ -66,12 +76,8 @@ DeviceStreams& init_table(c10::DeviceIndex device) {
   return t;
 }
 
-// Per-thread current stream ids; -1 means "the default stream".
-thread_local std::array<int, kMaxDevices> t_current = [] {
-  std::array<int, kMaxDevices> a;
-  a.fill(0);
-  return a;
-}();
+// Per-thread current stream ids per device; 0 is the default stream.
+thread_local std::array<int, OR_MAX_DEVICES> t_current{};
 
 c10::Stream make(c10::DeviceIndex device, int id) {
   return c10::Stream(c10::Stream::UNSAFE,
@@ -104,7 +110,7 @@ c10::Stream getStreamFromPool(c10::DeviceIndex device, int priority) {
   if (device < 0) device = current_device();
   DeviceStreams& t = init_table(device);
   int level = priority >= 0 ? 0 : -priority;
-  if (level >= kPriorityLevels) level = kPriorityLevels - 1;
+  if (level >= priority_levels()) level = priority_levels() - 1;
   {
     std::lock_guard<std::mutex> g(t.mu);
     if (!t.pool_ready[level]) {

@@ -5,7 +5,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .. import _C
+from .. import _C, _runtime
 
 _device_t = Union[torch.device, str, int, None]
 
@@ -31,13 +31,8 @@ def _get_device_index(device: _device_t, optional: bool = True) -> int:
 
 
 def _check_index(index: int) -> int:
-    count = device_count()
-    if not 0 <= index < count:
-        raise RuntimeError(
-            f"Invalid openreg device index {index}: {count} openreg device(s) are "
-            "available (set OPENREG_DEVICE_COUNT to change that)"
-        )
-    return index
+    """``index`` if it names an openreg device; RuntimeError otherwise (C++'s check)."""
+    return _C._check_device_index(index)
 
 
 # ---------------------------------------------------------------- devices
@@ -154,7 +149,8 @@ class _DeviceProperties:
 
 def get_device_properties(device: _device_t = None) -> _DeviceProperties:
     """Properties of ``device`` (name, total_memory, multi_processor_count, ...)."""
-    return _DeviceProperties(_C._get_device_properties(_check_index(_get_device_index(device))))
+    # A pure runtime query: the runtime's own binding (orGetDeviceProperties).
+    return _DeviceProperties(_runtime.get_device_properties(_check_index(_get_device_index(device))))
 
 
 def get_device_name(device: _device_t = None) -> str:
