@@ -13,15 +13,10 @@ whose kernels are themselves written with torch operations:
 * a backward (``register_autograd``).
 """
 
-import collections
-
 import torch
 from torch import Tensor
 
-__all__ = ["rms_norm", "kernel_calls"]
-
-# How often each device-specific implementation ran (tests check which one did).
-kernel_calls: collections.Counter = collections.Counter()
+__all__ = ["rms_norm"]
 
 _REDUCED = (torch.float16, torch.bfloat16)
 
@@ -66,7 +61,6 @@ def _rms_norm_openreg(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     # (vector_norm) instead of pow + mean, and in-place updates, so fewer
     # launches and temporaries on the device's stream.
     _check(x, weight)
-    kernel_calls["rms_norm:openreg"] += 1
     xf = _upcast(x)
     n = x.shape[-1]
     rstd = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(n).add_(eps).rsqrt_()

@@ -15,7 +15,6 @@
 //      device_type() == PrivateUse1.
 // The kernel is an elementwise loop over the iterator's device pointers,
 // the shape of a real device kernel. Other stubs follow the same pattern.
-#include "StubKernels.h"
 
 #include "KernelView.h"
 
@@ -37,8 +36,6 @@
 namespace torch_openreg {
 namespace {
 
-std::atomic<int64_t> g_addcmul_calls{0};
-
 // [docs:stub-kernel]
 // out = self + value * tensor1 * tensor2 over a TensorIterator whose operands
 // are openreg tensors (operand 0 is the output).
@@ -49,7 +46,6 @@ std::atomic<int64_t> g_addcmul_calls{0};
 // results are bit-identical to the CPU's (a hand-written loop would differ in
 // the last bit wherever the CPU kernel uses fused multiply-adds).
 void addcmul_kernel(at::TensorIteratorBase& iter, const at::Scalar& value) {
-  g_addcmul_calls.fetch_add(1, std::memory_order_relaxed);
   TORCH_INTERNAL_ASSERT(iter.ntensors() == 4);
   const auto device = iter.device(0).index();
   AliasSet set(device);
@@ -57,7 +53,7 @@ void addcmul_kernel(at::TensorIteratorBase& iter, const at::Scalar& value) {
   at::Tensor self = set.alias(iter.tensor(1));
   at::Tensor t1 = set.alias(iter.tensor(2));
   at::Tensor t2 = set.alias(iter.tensor(3));
-  launch_kernel(device, "addcmul", [&] {
+  launch_kernel(device, "addcmul_stub", [&] {
     // The meta function already broadcast, promoted and sized the output;
     // the CPU's structured addcmul runs the CPU loop of the same stub.
     at::cpu::addcmul_out(out, self, t1, t2, value);
@@ -135,8 +131,6 @@ Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const at::Sca
 }
 
 }  // namespace
-
-int64_t addcmul_stub_calls() { return g_addcmul_calls.load(std::memory_order_relaxed); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("addcmul", TORCH_FN(addcmul));
