@@ -76,6 +76,22 @@ class TestReadme:
         ci = (ROOT / ".ci" / "run").read_text()
         assert "make test" in ci
 
+    def test_relative_links_resolve_inside_the_repo(self):
+        # The README and docs/ ship with the repository: a link must not point
+        # outside it (e.g. to ../shared/) or to a file that does not exist.
+        bad = []
+        for page in [ROOT / "README.md", *DOCS]:
+            text = page.read_text()
+            targets = re.findall(r"\]\(([^)\s]+)\)", text)       # [text](target)
+            targets += re.findall(r"`(\.\./[^`\s]+)`", text)        # `../path` mentions
+            for target in targets:
+                if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                    continue  # a URL or an anchor on the same page
+                path = (page.parent / target.split("#")[0]).resolve()
+                if ROOT not in path.parents or not path.exists():
+                    bad.append(f"{page.relative_to(ROOT)}: {target}")
+        assert not bad, "\n".join(bad)
+
     def test_readme_python_example_runs(self):
         blocks = PY_BLOCK.findall((ROOT / "README.md").read_text())
         assert blocks
