@@ -134,12 +134,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 
 // ------------------------------------------------------------ copies
 bool is_pinned_host(const at::Tensor& t) {
-  orPointerAttributes attr{};
-  if (orPointerGetAttributes(&attr, t.storage().data_ptr().get()) != orSuccess) {
-    orGetLastError();
-    return false;
-  }
-  return attr.type == orMemoryTypeHost;
+  return is_pinned_pointer(t.storage().data_ptr().get());
 }
 
 // Plain byte copy possible: same dtype and shape, both contiguous, no lazy
@@ -183,33 +178,26 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     return self;
   }
   // [docs:copy-h2d]
-  if (dst_dev) {  // host -> device
-    auto dd = self.device().index();
-    if (non_blocking && bytewise_copyable(self, src) && is_pinned_host(src)) {
-      // Truly asynchronous: a device worker performs the copy later.
-      OPENREG_CHECK(orMemcpyAsync(self.data_ptr(), src.data_ptr(), self.nbytes(),
-                                  orMemcpyHostToDevice, currentNativeStream(dd)));
-      record_host_block(src, dd);
-      return self;
-    }
-    AliasSet set(dd);
-    at::Tensor d = set.alias(self);
-    launch_kernel(dd, "copy_h2d", [&] { d.copy_(src); });
-    return self;
-  }
-  // [docs:copy-h2d:end]
-  // device -> host
-  auto sd = src.device().index();
-  if (non_blocking && bytewise_copyable(self, src) && is_pinned_host(self)) {
+  // host <-> device: ordered on the device's current stream.
+  const at::Tensor& host = dst_dev ? src : self;
+  const auto device = (dst_dev ? self : src).device().index();
+  if (non_blocking && bytewise_copyable(self, src) && is_pinned_host(host)) {
+    // Truly asynchronous: a device worker performs the copy later, and the
+    // pinned block is not reused before it has.
     OPENREG_CHECK(orMemcpyAsync(self.data_ptr(), src.data_ptr(), self.nbytes(),
-                                orMemcpyDeviceToHost, currentNativeStream(sd)));
-    record_host_block(self, sd);
+                                dst_dev ? orMemcpyHostToDevice : orMemcpyDeviceToHost,
+                                currentNativeStream(device)));
+    record_host_block(host, device);
     return self;
   }
-  AliasSet set(sd);
-  at::Tensor s = set.alias(src);
-  launch_kernel(sd, "copy_d2h", [&] { self.copy_(s); });
+  // Otherwise a kernel copies (and converts dtype/layout) between the host
+  // tensor and the device tensor's alias.
+  AliasSet set(device);
+  at::Tensor d = dst_dev ? set.alias(self) : self;
+  at::Tensor s = dst_dev ? src : set.alias(src);
+  launch_kernel(device, dst_dev ? "copy_h2d" : "copy_d2h", [&] { d.copy_(s); });
   return self;
+  // [docs:copy-h2d:end]
 }
 
 at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {

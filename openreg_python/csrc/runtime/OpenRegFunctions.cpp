@@ -68,6 +68,15 @@ c10::DeviceIndex maybe_exchange_device(c10::DeviceIndex index) {
   return prev;
 }
 
+bool is_pinned_pointer(const void* p) noexcept {
+  orPointerAttributes attr{};
+  if (orPointerGetAttributes(&attr, p) != orSuccess) {
+    orGetLastError();
+    return false;
+  }
+  return attr.type == orMemoryTypeHost;
+}
+
 intptr_t kernel_view_offset(c10::DeviceIndex index) {
   // The offset of a device never changes once it is initialised: cache it.
   static std::array<std::atomic<intptr_t>, OR_MAX_DEVICES> cache{};

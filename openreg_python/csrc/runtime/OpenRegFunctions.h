@@ -34,6 +34,9 @@ class DeviceScope {
   c10::DeviceIndex prev_;
 };
 
+// True if `p` lies in pinned host memory (orMallocHost). Never throws.
+bool is_pinned_pointer(const void* p) noexcept;
+
 // Offset from a device address to the kernel view of the same byte. Kernels
 // that run ATen's CPU code on device memory use it (see aten/KernelView.h).
 intptr_t kernel_view_offset(c10::DeviceIndex index);

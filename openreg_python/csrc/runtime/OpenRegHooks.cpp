@@ -67,14 +67,7 @@ struct OpenRegHooks final : public at::PrivateUse1HooksInterface {
                       static_cast<c10::DeviceIndex>(attr.device));
   }
 
-  bool isPinnedPtr(const void* data) const override {
-    orPointerAttributes attr{};
-    if (orPointerGetAttributes(&attr, data) != orSuccess) {
-      orGetLastError();
-      return false;
-    }
-    return attr.type == orMemoryTypeHost;
-  }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_pointer(data); }
 
   at::Allocator* getPinnedMemoryAllocator() const override {
     return at::getHostAllocator(at::kPrivateUse1);
