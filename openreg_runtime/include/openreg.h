@@ -204,7 +204,9 @@ OR_API orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn,
                                 unsigned int flags);
 
 /* ---------------------------------------------------------------- tracing */
-/* Hook points for a profiler (filled in by the profiler component). */
+/* Hook points for profilers (CUPTI's activity API plays this role for CUDA).
+ * Vendor: your driver reports the same facts about each piece of device work;
+ * the Kineto plugin in profiler/ only consumes these records. */
 typedef enum orTraceKind {
   orTraceKernel = 0,
   orTraceMemcpy = 1,
@@ -218,17 +220,26 @@ typedef struct orTraceRecord {
   int device;
   unsigned long long stream_id;
   unsigned long long correlation_id; /* from orTraceSetCorrelationId */
-  uint64_t start_ns;       /* CLOCK_MONOTONIC */
+  uint64_t start_ns;       /* device execution, CLOCK_MONOTONIC */
   uint64_t end_ns;
   size_t bytes;            /* memcpy/memset size, 0 for kernels */
   orMemcpyKind copy_kind;  /* memcpy only */
+  uint64_t launch_ns;      /* when the host thread launched it (CLOCK_MONOTONIC) */
+  unsigned long long launch_thread; /* the launching host thread (Linux tid) */
 } orTraceRecord;
 
 typedef void (*orTraceCallback_t)(const orTraceRecord* record, void* user);
-/* Install (or, with NULL, remove) the process-wide trace callback. It is
- * called on whichever thread executed the work, after it finished. */
-OR_API orError_t orTraceSetCallback(orTraceCallback_t callback, void* user);
-/* Tag work launched from this host thread from now on. */
+typedef struct orTraceSubscriber_st* orTraceSubscriber_t;
+/* Subscribe `callback` to every piece of device work that completes from now
+ * on. It is called on whichever thread executed the work, after it finished.
+ * Any number of subscribers may listen at once; with none, tracing costs one
+ * atomic load per launch. */
+OR_API orError_t orTraceSubscribe(orTraceSubscriber_t* subscriber,
+                                  orTraceCallback_t callback, void* user);
+/* After this returns, the subscriber's callback is not running and will not
+ * be called again. */
+OR_API orError_t orTraceUnsubscribe(orTraceSubscriber_t subscriber);
+/* Tag work launched from this host thread from now on (0: untagged). */
 OR_API orError_t orTraceSetCorrelationId(unsigned long long id);
 
 #ifdef __cplusplus

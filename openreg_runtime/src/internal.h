@@ -116,6 +116,8 @@ struct Item {
   const char* name = "";
   uint64_t order = 0;  // global enqueue order (FIFO between equal priorities)
   unsigned long long correlation = 0;
+  uint64_t launch_ns = 0;                 // set while tracing
+  unsigned long long launch_thread = 0;   // set while tracing
   orKernelFn_t kfn = nullptr;
   orHostFn_t hfn = nullptr;
   void* args = nullptr;

@@ -52,7 +52,7 @@ void wake_all() {
 // correlation id. sched_mu() held.
 void stamp(Item& it) {
   it.order = ++g_order;
-  it.correlation = current_correlation();
+  stamp_launch(it);
 }
 
 // ------------------------------------------------------------ execution

@@ -45,8 +45,9 @@ orError_t check_live_event(orEvent_t e, const char* call);  // event.cpp
 
 // ---- tracing (trace.cpp)
 bool tracing_enabled();
-// The correlation id the calling host thread tags its launches with.
-unsigned long long current_correlation();
+// Stamp `it` with the launching thread's correlation id and, while
+// tracing, its launch time and thread.
+void stamp_launch(Item& it);
 void trace_item(const Item& it, int device, unsigned long long stream_id,
                 uint64_t t0, uint64_t t1);
 

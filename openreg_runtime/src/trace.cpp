@@ -1,26 +1,55 @@
-// Tracing: the hook points a profiler subscribes to. The scheduler reports
+// Tracing: the hook points profilers subscribe to. The scheduler reports
 // every executed kernel, copy, memset and host function here.
 #include "scheduler.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
+#include <shared_mutex>
+
+struct orTraceSubscriber_st {
+  orTraceCallback_t callback;
+  void* user;
+};
 
 namespace openreg {
 namespace {
-std::atomic<orTraceCallback_t> g_trace_cb{nullptr};
-std::atomic<void*> g_trace_user{nullptr};
+// Subscribers change rarely and are read on every traced item: readers share
+// the lock, so Unsubscribe (exclusive) waits for running callbacks to end.
+std::shared_mutex& subs_mu() {
+  static auto* m = new std::shared_mutex();
+  return *m;
+}
+std::vector<orTraceSubscriber_st*>& subscribers() {
+  static auto* v = new std::vector<orTraceSubscriber_st*>();
+  return *v;
+}
+std::atomic<int> g_subscriber_count{0};
 thread_local unsigned long long t_correlation = 0;
+
+unsigned long long this_thread_id() {
+  static thread_local unsigned long long tid =
+      static_cast<unsigned long long>(syscall(SYS_gettid));
+  return tid;
+}
 }  // namespace
 
 bool tracing_enabled() {
-  return g_trace_cb.load(std::memory_order_relaxed) != nullptr;
+  return g_subscriber_count.load(std::memory_order_relaxed) != 0;
 }
 
-unsigned long long current_correlation() { return t_correlation; }
+void stamp_launch(Item& it) {
+  it.correlation = t_correlation;
+  if (tracing_enabled()) {
+    it.launch_ns = now_ns();
+    it.launch_thread = this_thread_id();
+  }
+}
 
 void trace_item(const Item& it, int device, unsigned long long stream_id,
                 uint64_t t0, uint64_t t1) {
-  orTraceCallback_t cb = g_trace_cb.load(std::memory_order_acquire);
-  if (!cb) return;
   orTraceRecord r;
   memset(&r, 0, sizeof(r));
   switch (it.type) {
@@ -38,7 +67,11 @@ void trace_item(const Item& it, int device, unsigned long long stream_id,
   r.end_ns = t1;
   r.bytes = (it.type == Item::Memcpy || it.type == Item::Memset) ? it.count : 0;
   r.copy_kind = it.kind;
-  cb(&r, g_trace_user.load(std::memory_order_relaxed));
+  // Work launched before the first subscriber has no launch stamp.
+  r.launch_ns = it.launch_ns ? it.launch_ns : t0;
+  r.launch_thread = it.launch_thread;
+  std::shared_lock<std::shared_mutex> g(subs_mu());
+  for (orTraceSubscriber_st* s : subscribers()) s->callback(&r, s->user);
 }
 
 }  // namespace openreg
@@ -47,9 +80,29 @@ using namespace openreg;
 
 extern "C" {
 
-orError_t orTraceSetCallback(orTraceCallback_t callback, void* user) {
-  g_trace_user.store(user, std::memory_order_relaxed);
-  g_trace_cb.store(callback, std::memory_order_release);
+orError_t orTraceSubscribe(orTraceSubscriber_t* subscriber,
+                           orTraceCallback_t callback, void* user) {
+  if (!subscriber) return fail(orErrorInvalidValue, "orTraceSubscribe: subscriber is NULL");
+  if (!callback) return fail(orErrorInvalidValue, "orTraceSubscribe: callback is NULL");
+  auto* s = new orTraceSubscriber_st{callback, user};
+  std::unique_lock<std::shared_mutex> g(subs_mu());
+  subscribers().push_back(s);
+  g_subscriber_count.store(int(subscribers().size()), std::memory_order_relaxed);
+  *subscriber = s;
+  return orSuccess;
+}
+
+orError_t orTraceUnsubscribe(orTraceSubscriber_t subscriber) {
+  std::unique_lock<std::shared_mutex> g(subs_mu());
+  auto& v = subscribers();
+  auto it = std::find(v.begin(), v.end(), subscriber);
+  if (!subscriber || it == v.end())
+    return fail(orErrorInvalidResourceHandle,
+                "orTraceUnsubscribe: %p is not a live trace subscriber",
+                static_cast<void*>(subscriber));
+  v.erase(it);
+  g_subscriber_count.store(int(v.size()), std::memory_order_relaxed);
+  delete subscriber;
   return orSuccess;
 }
 

@@ -95,25 +95,73 @@ orError_t fill_kernel(void* p) {
 }
 orError_t failing_kernel(void*) { return orErrorLaunchFailure; }
 
-// Trace capture.
-std::mutex g_trace_mu;
+// Trace capture: each recorder is one subscriber of the runtime's trace.
 struct TraceRec {
   int kind;
   std::string name;
   int device;
   unsigned long long stream, corr;
-  uint64_t t0, t1;
+  uint64_t t0, t1, launch;
+  unsigned long long launch_thread;
   size_t bytes;
 };
-std::vector<TraceRec>& trace_buf() {
-  static auto* v = new std::vector<TraceRec>();
-  return *v;
-}
-void trace_cb(const orTraceRecord* r, void*) {
-  std::lock_guard<std::mutex> g(g_trace_mu);
-  trace_buf().push_back({int(r->kind), r->name ? r->name : "", r->device,
-                         r->stream_id, r->correlation_id, r->start_ns,
-                         r->end_ns, r->bytes});
+struct TraceRecorder {
+  std::mutex mu;
+  std::vector<TraceRec> records;
+  orTraceSubscriber_t sub = nullptr;
+
+  static void on_record(const orTraceRecord* r, void* self) {
+    auto* t = static_cast<TraceRecorder*>(self);
+    std::lock_guard<std::mutex> g(t->mu);
+    t->records.push_back({int(r->kind), r->name ? r->name : "", r->device, r->stream_id,
+                          r->correlation_id, r->start_ns, r->end_ns, r->launch_ns,
+                          r->launch_thread, r->bytes});
+  }
+  void start() {
+    if (sub) return;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      records.clear();
+    }
+    check(orTraceSubscribe(&sub, &TraceRecorder::on_record, this));
+  }
+  py::list stop() {
+    if (sub) {
+      orError_t e;
+      {
+        py::gil_scoped_release nogil;  // waits for running callbacks
+        e = orTraceUnsubscribe(sub);
+      }
+      sub = nullptr;
+      check(e);
+    }
+    std::lock_guard<std::mutex> g(mu);
+    py::list out;
+    static const char* kinds[] = {"kernel", "memcpy", "memset", "host_func"};
+    for (auto& r : records) {
+      py::dict d;
+      d["kind"] = kinds[r.kind];
+      d["name"] = r.name;
+      d["device"] = r.device;
+      d["stream"] = r.stream;
+      d["correlation"] = r.corr;
+      d["start_ns"] = r.t0;
+      d["end_ns"] = r.t1;
+      d["launch_ns"] = r.launch;
+      d["launch_thread"] = r.launch_thread;
+      d["bytes"] = r.bytes;
+      out.append(d);
+    }
+    records.clear();
+    return out;
+  }
+  ~TraceRecorder() {
+    if (sub && orTraceUnsubscribe(sub) != orSuccess) orGetLastError();
+  }
+};
+TraceRecorder& default_recorder() {
+  static auto* r = new TraceRecorder();
+  return *r;
 }
 
 }  // namespace
@@ -378,30 +426,11 @@ class OpenRegError(RuntimeError):
   }, py::arg("stream"), py::arg("sync") = false);
 
   // tracing
-  m.def("trace_start", [] {
-    std::lock_guard<std::mutex> g(g_trace_mu);
-    trace_buf().clear();
-    check(orTraceSetCallback(trace_cb, nullptr));
-  });
-  m.def("trace_stop", [] {
-    check(orTraceSetCallback(nullptr, nullptr));
-    std::lock_guard<std::mutex> g(g_trace_mu);
-    py::list out;
-    static const char* kinds[] = {"kernel", "memcpy", "memset", "host_func"};
-    for (auto& r : trace_buf()) {
-      py::dict d;
-      d["kind"] = kinds[r.kind];
-      d["name"] = r.name;
-      d["device"] = r.device;
-      d["stream"] = r.stream;
-      d["correlation"] = r.corr;
-      d["start_ns"] = r.t0;
-      d["end_ns"] = r.t1;
-      d["bytes"] = r.bytes;
-      out.append(d);
-    }
-    trace_buf().clear();
-    return out;
-  });
+  py::class_<TraceRecorder, std::shared_ptr<TraceRecorder>>(m, "TraceRecorder")
+      .def(py::init<>())
+      .def("start", &TraceRecorder::start)
+      .def("stop", &TraceRecorder::stop);
+  m.def("trace_start", [] { default_recorder().start(); });
+  m.def("trace_stop", [] { return default_recorder().stop(); });
   m.def("set_correlation_id", [](unsigned long long id) { check(orTraceSetCorrelationId(id)); });
 }
