@@ -181,13 +181,20 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   // host <-> device: ordered on the device's current stream.
   const at::Tensor& host = dst_dev ? src : self;
   const auto device = (dst_dev ? self : src).device().index();
-  if (non_blocking && bytewise_copyable(self, src) && is_pinned_host(host)) {
-    // Truly asynchronous: a device worker performs the copy later, and the
-    // pinned block is not reused before it has.
+  if (bytewise_copyable(self, src)) {
+    // A runtime copy (a memcpy on the trace, with its bytes). From pageable
+    // memory the runtime stages it synchronously, as CUDA does; from pinned
+    // memory with non_blocking it is truly asynchronous: a device worker
+    // performs it later, and the pinned block is not reused before it has.
+    const bool pinned = is_pinned_host(host);
+    orStream_t stream = currentNativeStream(device);
     OPENREG_CHECK(orMemcpyAsync(self.data_ptr(), src.data_ptr(), self.nbytes(),
-                                dst_dev ? orMemcpyHostToDevice : orMemcpyDeviceToHost,
-                                currentNativeStream(device)));
-    record_host_block(host, device);
+                                dst_dev ? orMemcpyHostToDevice : orMemcpyDeviceToHost, stream));
+    if (pinned && non_blocking) {
+      record_host_block(host, device);
+    } else if (pinned) {
+      OPENREG_CHECK(orStreamSynchronize(stream));  // a blocking copy returns when done
+    }
     return self;
   }
   // Otherwise a kernel copies (and converts dtype/layout) between the host
