@@ -114,6 +114,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_current_stream", [](int64_t id, int64_t device_index) {
     torch_openreg::exchangeCurrentStream(unpack_stream(id, device_index));
   });
+  // The runtime's process-unique stream id (orStreamGetId): the stream's row
+  // in profiler traces.
+  m.def("_stream_native_id", [](int64_t id, int64_t device_index) {
+    unsigned long long native = 0;
+    OPENREG_CHECK(orStreamGetId(torch_openreg::nativeStream(unpack_stream(id, device_index)),
+                                &native));
+    return native;
+  });
   m.def("_stream_priority", [](int64_t id, int64_t device_index) {
     return torch_openreg::streamPriority(unpack_stream(id, device_index));
   });

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from . import _C  # noqa: F401  (registers the backend with c10/ATen)
 from . import openreg
 
-__all__ = ["openreg", "ops"]
+__all__ = ["openreg", "ops", "profiler"]
 
 
 def _register() -> None:
@@ -43,6 +43,10 @@ def _register() -> None:
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     openreg.serialization._register()
+
+# The Kineto plugin and the legacy profiler stubs register themselves when
+# their library loads; it must be loaded before the first profile starts.
+from . import profiler  # noqa: E402,F401
 
 
 _register()

@@ -84,3 +84,39 @@ class TestTracing:
         rt.memset(dev_block, 1, 16)
         rt.trace_start()
         assert rt.trace_stop() == []
+
+
+@pytest.mark.runtime
+class TestTraceSubscribers:
+    def test_two_subscribers_see_the_same_work(self):
+        a, b = rt.TraceRecorder(), rt.TraceRecorder()
+        p = rt.malloc(4096)
+        try:
+            a.start()
+            b.start()
+            rt.set_correlation_id(77)
+            rt.memset(p, 1, 4096)
+            rt.set_correlation_id(0)
+            first = b.stop()  # b unsubscribes; a keeps listening
+            rt.memset(p, 2, 512)
+            second = a.stop()
+        finally:
+            rt.free(p)
+        assert [(r["kind"], r["bytes"], r["correlation"]) for r in first] == [("memset", 4096, 77)]
+        assert [(r["kind"], r["bytes"]) for r in second] == [("memset", 4096), ("memset", 512)]
+        for r in second:
+            assert r["launch_ns"] <= r["start_ns"] <= r["end_ns"]
+            assert r["launch_thread"] > 0
+
+    def test_stop_without_start_and_twice_is_harmless(self):
+        r = rt.TraceRecorder()
+        assert r.stop() == []
+        r.start()
+        r.start()  # already subscribed: one subscription
+        p = rt.malloc(512)
+        try:
+            rt.memset(p, 0, 512)
+        finally:
+            rt.free(p)
+        assert len(r.stop()) == 1
+        assert r.stop() == []

@@ -32,6 +32,11 @@ class Stream(torch.Stream):
     def priority(self) -> int:
         return _C._stream_priority(self.stream_id, self.device_index)
 
+    @property
+    def native_id(self) -> int:
+        """The runtime's process-unique id of this stream (its row in profiler traces)."""
+        return _C._stream_native_id(self.stream_id, self.device_index)
+
     def wait_event(self, event: "torch.Event") -> None:
         event.wait(self)
 
