@@ -366,12 +366,14 @@ class TestSDPAErrors:
         q, k, v = (t.to(DEV) for t in qkv())
         with pytest.raises(RuntimeError, match="same device type"):
             F.scaled_dot_product_attention(q, k.cpu(), v)
-        with pytest.raises(RuntimeError, match="expected all tensors on openreg:0, but key is on cpu"):
+        # CUDA's wrapper check and message (DeviceCheck.h), before any work
+        same = "Expected all tensors to be on the same device, but got "
+        with pytest.raises(RuntimeError, match=same + "key is on cpu, different from other tensors on openreg:0"):
             FWD(q, k.cpu(), v)
         if torch.openreg.device_count() > 1:
-            with pytest.raises(RuntimeError, match="but value is on openreg:1"):
+            with pytest.raises(RuntimeError, match=same + "value is on openreg:1"):
                 FWD(q, k, v.to("openreg:1"))
-        with pytest.raises(RuntimeError, match="but attn_mask is on cpu"):
+        with pytest.raises(RuntimeError, match=same + "attn_bias is on cpu"):
             FWD(q, k, v, torch.zeros(5, 7))
 
     def test_mask_shape(self):

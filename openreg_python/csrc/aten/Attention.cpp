@@ -28,6 +28,7 @@
 // choice function, the output contract (shapes/dtypes as in torch's meta
 // function for this op) and the seed handling.
 #include "AttentionDropoutCache.h"
+#include "DeviceCheck.h"
 #include "KernelView.h"
 
 #include "../runtime/OpenRegGenerator.h"
@@ -390,6 +391,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::Sym
 sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                   const std::optional<at::Tensor>& attn_bias, double dropout_p,
                   bool is_causal, bool return_debug_mask, std::optional<double> scale) {
+  check_same_device("aten::_scaled_dot_product_fused_attention_overrideable",
+                    {{"query", query}, {"key", key}, {"value", value}, {"attn_bias", attn_bias}});
   const at::Tensor bias = attn_bias.value_or(at::Tensor());
   const Shape s = check_inputs(query, key, value, bias, dropout_p,
                                "_scaled_dot_product_fused_attention_overrideable");
@@ -448,6 +451,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
     bool is_causal, const at::Tensor& philox_seed, const at::Tensor& philox_offset,
     std::optional<double> scale) {
   if (!grad_out.defined()) return {};
+  check_same_device("aten::_scaled_dot_product_fused_attention_overrideable_backward",
+                    {{"grad_out", grad_out}, {"query", query}, {"key", key}, {"value", value},
+                     {"attn_bias", attn_bias}, {"out", out}, {"logsumexp", logsumexp}});
   const Shape s = check_inputs(query, key, value, attn_bias, dropout_p,
                                "_scaled_dot_product_fused_attention_overrideable_backward");
   TORCH_CHECK(grad_out.device() == query.device(),

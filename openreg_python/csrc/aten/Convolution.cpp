@@ -1,6 +1,7 @@
 // Convolution: ATen routes every non-CPU/CUDA/MKLDNN backend to the
 // *_overrideable entry points, which a backend must implement. Here they run
 // the CPU convolution (oneDNN/im2col) in place on device memory.
+#include "DeviceCheck.h"
 #include "KernelView.h"
 
 #include <ATen/Functions.h>
@@ -14,6 +15,8 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                     c10::IntArrayRef stride, c10::IntArrayRef padding,
                                     c10::IntArrayRef dilation, bool transposed,
                                     c10::IntArrayRef output_padding, int64_t groups) {
+  check_same_device("aten::convolution_overrideable",
+                    {{"input", input}, {"weight", weight}, {"bias", bias}});
   auto device = input.device().index();
   AliasSet set(device);
   at::Tensor in = set.alias(input), w = set.alias(weight);
@@ -31,6 +34,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
     bool transposed, c10::IntArrayRef output_padding, int64_t groups,
     std::array<bool, 3> output_mask) {
+  check_same_device("aten::convolution_backward_overrideable",
+                    {{"grad_output", grad_output}, {"input", input}, {"weight", weight}});
   auto device = input.device().index();
   AliasSet set(device);
   at::Tensor go = set.alias(grad_output), in = set.alias(input), w = set.alias(weight);

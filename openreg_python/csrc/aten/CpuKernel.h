@@ -11,6 +11,7 @@
 // and structured kernels (the at::cpu:: namespace).
 #pragma once
 
+#include "DeviceCheck.h"
 #include "KernelView.h"
 
 #include <ATen/core/List.h>
@@ -31,6 +32,7 @@ struct Conv {  // scalars, sizes, flags, ...: passed through
   static Held in(AliasSet&, A v) { return v; }
   static A pass(Held& h) { return h; }
   static void find_device(const Held&, c10::DeviceIndex*) {}
+  static void check(const Held&, DeviceChecker&, const OpDeviceInfo&, size_t) {}
   static void write_back(AliasSet&, A, Held&) {}
 };
 
@@ -42,6 +44,9 @@ struct Conv<const at::Tensor&> {
   static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
     if (*d < 0 && is_openreg(t)) *d = t.device().index();
   }
+  static void check(const at::Tensor& t, DeviceChecker& c, const OpDeviceInfo& info, size_t i) {
+    c.check(t, info.arg_name(i), info.written(i), info.is_index(i));
+  }
   static void write_back(AliasSet&, const at::Tensor&, Held&) {}
 };
 
@@ -52,6 +57,9 @@ struct Conv<at::Tensor&> {  // mutated (in-place self, out=)
   static at::Tensor& pass(Held& h) { return h; }
   static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
     if (*d < 0 && is_openreg(t)) *d = t.device().index();
+  }
+  static void check(const at::Tensor& t, DeviceChecker& c, const OpDeviceInfo& info, size_t i) {
+    c.check(t, info.arg_name(i), /*is_output=*/true);
   }
   static void write_back(AliasSet& s, at::Tensor& t, Held& h) {
     if (is_openreg(t)) s.sync_back(t, h);
@@ -69,6 +77,10 @@ struct Conv<const std::optional<at::Tensor>&> {
   static void find_device(const std::optional<at::Tensor>& t, c10::DeviceIndex* d) {
     if (t) Conv<const at::Tensor&>::find_device(*t, d);
   }
+  static void check(const std::optional<at::Tensor>& t, DeviceChecker& c,
+                    const OpDeviceInfo& info, size_t i) {
+    if (t) Conv<const at::Tensor&>::check(*t, c, info, i);
+  }
   static void write_back(AliasSet&, const std::optional<at::Tensor>&, Held&) {}
 };
 
@@ -84,6 +96,9 @@ struct Conv<at::TensorList> {
   static at::TensorList pass(Held& h) { return h; }
   static void find_device(at::TensorList ts, c10::DeviceIndex* d) {
     for (const auto& t : ts) Conv<const at::Tensor&>::find_device(t, d);
+  }
+  static void check(at::TensorList ts, DeviceChecker& c, const OpDeviceInfo& info, size_t i) {
+    for (const auto& t : ts) Conv<const at::Tensor&>::check(t, c, info, i);
   }
   static void write_back(AliasSet&, at::TensorList, Held&) {}
 };
@@ -104,6 +119,10 @@ struct Conv<const at::ITensorListRef&> {
   static void find_device(const at::ITensorListRef& ts, c10::DeviceIndex* d) {
     for (const at::Tensor& t : ts) Conv<const at::Tensor&>::find_device(t, d);
   }
+  static void check(const at::ITensorListRef& ts, DeviceChecker& c, const OpDeviceInfo& info,
+                    size_t i) {
+    for (const at::Tensor& t : ts) Conv<const at::Tensor&>::check(t, c, info, i);
+  }
   static void write_back(AliasSet&, const at::ITensorListRef&, Held&) {}
 };
 
@@ -122,6 +141,12 @@ struct Conv<const c10::List<std::optional<at::Tensor>>&> {
   static void find_device(const c10::List<std::optional<at::Tensor>>& ts, c10::DeviceIndex* d) {
     for (const std::optional<at::Tensor>& t : ts) {
       if (t) Conv<const at::Tensor&>::find_device(*t, d);
+    }
+  }
+  static void check(const c10::List<std::optional<at::Tensor>>& ts, DeviceChecker& c,
+                    const OpDeviceInfo& info, size_t i) {
+    for (const std::optional<at::Tensor>& t : ts) {
+      if (t) Conv<const at::Tensor&>::check(*t, c, info, i);
     }
   }
   static void write_back(AliasSet&, const c10::List<std::optional<at::Tensor>>&, Held&) {}
@@ -236,6 +261,13 @@ struct CpuKernel<Fn, Name> {
   // [docs:cpu-kernel-call]
   static R call(A... args) {
     using namespace cpu_kernel;
+    // Same-device rules first (DeviceCheck.h): nothing runs on a mix.
+    static const OpDeviceInfo& info = device_info_for(Name);
+    if (info.rule != DeviceRule::Unchecked) {
+      DeviceChecker checker(info.rule, info.method.c_str());
+      size_t i = 0;
+      (Conv<A>::check(args, checker, info, i++), ...);
+    }
     c10::DeviceIndex device = -1;
     (Conv<A>::find_device(args, &device), ...);
     if (device < 0) device = current_device();

@@ -2,6 +2,8 @@
 // CustomOpScaledAdd.cpp): running a kernel body on openreg or CPU tensors.
 #pragma once
 
+#include "DeviceCheck.h"
+#include "DeviceCheck.h"
 #include "KernelView.h"
 
 #include <ATen/core/Tensor.h>
@@ -23,6 +25,10 @@ auto run_on_device_of(const at::Tensor& like, const char* name, F&& fn,
   // A kernel's own ATen calls are implementation details: no autograd
   // recording (this matters on the CPU, where the inputs themselves are used).
   at::AutoDispatchBelowADInplaceOrView below_autograd;
+  // Custom operators follow ATen's same-device rule (DeviceCheck.h), on the
+  // CPU too: a CPU tensor next to an openreg one is an error, not a copy.
+  DeviceChecker checker(DeviceRule::SameDevice, name);
+  for (const at::Tensor& t : tensors) checker.check(t, "argument");
   if (like.device().type() != c10::DeviceType::PrivateUse1) {
     return fn(std::vector<at::Tensor>(tensors));
   }

@@ -7,6 +7,7 @@
 // back as views of the openreg inputs, and mutated arguments get their new
 // metadata. Random operators get the openreg generator (explicit or the
 // device default) instead of the CPU's, and `device=` arguments are mapped.
+#include "DeviceCheck.h"
 #include "KernelView.h"
 
 #include "../runtime/OpenRegGenerator.h"
@@ -15,6 +16,8 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
+
+#include <c10/util/flat_hash_map.h>
 
 #include <mutex>
 
@@ -110,6 +113,38 @@ void check_result_kind(const c10::FunctionSchema& schema, const c10::IValue& v) 
   }
 }
 
+// The device rules of `schema`, cached per thread by schema address.
+const OpDeviceInfo& device_info(const c10::FunctionSchema& schema) {
+  thread_local ska::flat_hash_map<const c10::FunctionSchema*, OpDeviceInfo> cache;
+  auto it = cache.find(&schema);
+  if (it == cache.end()) it = cache.emplace(&schema, make_device_info(schema)).first;
+  return it->second;
+}
+
+// [docs:fallback-device-check]
+// Same-device rules as CUDA's wrappers, before anything runs or is written.
+void check_devices(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                   size_t begin) {
+  const OpDeviceInfo& info = device_info(schema);
+  if (info.rule == DeviceRule::Unchecked) return;
+  DeviceChecker checker(info.rule, info.method.c_str());
+  for (size_t i = 0; i < info.arg_names.size(); ++i) {
+    const c10::IValue& v = stack[begin + i];
+    const char* name = info.arg_name(i);
+    const bool out = info.written(i), index = info.is_index(i);
+    if (v.isTensor()) {
+      checker.check(v.toTensor(), name, out, index);
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) checker.check(t, name, out, index);
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) checker.check(e.toTensor(), name, out, index);
+      }
+    }
+  }
+}
+// [docs:fallback-device-check:end]
+
 void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
                       torch::jit::Stack* stack) {
   const auto& schema = op.schema();
@@ -123,6 +158,7 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
       "openreg device: openreg runs ATen's CPU kernels on device memory and "
       "this operator has no CPU kernel.");
 
+  check_devices(schema, *stack, begin);
   const c10::DeviceIndex device = find_device(*stack, begin, stack->size());
   AliasSet aliases(device);
   // (openreg tensor, its alias) for arguments the operator may write.

@@ -147,6 +147,7 @@ std::tuple<at::Tensor&, at::Tensor&> mode_values(const at::Tensor& self, int64_t
 // here with one alias.
 at::Tensor& addr_(at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2,
                   const c10::Scalar& beta, const c10::Scalar& alpha) {
+  check_same_device("aten::addr_", {{"self", self}, {"vec1", vec1}, {"vec2", vec2}});
   auto device = self.device().index();
   AliasSet set(device);
   at::Tensor s = set.alias(self), v1 = set.alias(vec1), v2 = set.alias(vec2);

@@ -7,6 +7,7 @@
 // nn.LSTMCell and nn.GRUCell fail on openreg. The math and the workspace
 // layout follow the CUDA kernels, so the autograd formulas that consume the
 // workspace work unchanged; each cell runs as one kernel on the device.
+#include "DeviceCheck.h"
 #include "KernelView.h"
 
 #include <ATen/Functions.h>
@@ -24,6 +25,9 @@ at::Tensor opt(AliasSet& set, const std::optional<at::Tensor>& t) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
     const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
+  check_same_device("aten::_thnn_fused_lstm_cell",
+                    {{"input_gates", input_gates}, {"hidden_gates", hidden_gates}, {"cx", cx},
+                     {"input_bias", input_bias}, {"hidden_bias", hidden_bias}});
   TORCH_CHECK(input_gates.sizes() == hidden_gates.sizes(),
               "_thnn_fused_lstm_cell: input_gates ", input_gates.sizes(),
               " and hidden_gates ", hidden_gates.sizes(), " must have the same shape");
@@ -52,6 +56,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward(
     const std::optional<at::Tensor>& grad_hy, const std::optional<at::Tensor>& grad_cy,
     const at::Tensor& cx, const at::Tensor& cy, const at::Tensor& workspace, bool has_bias) {
+  check_same_device("aten::_thnn_fused_lstm_cell_backward_impl",
+                    {{"grad_hy", grad_hy}, {"grad_cy", grad_cy}, {"cx", cx}, {"cy", cy},
+                     {"workspace", workspace}});
   auto device = workspace.device().index();
   AliasSet set(device);
   at::Tensor go = opt(set, grad_hy), goc = opt(set, grad_cy);
@@ -79,6 +86,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward(
 std::tuple<at::Tensor, at::Tensor> fused_gru_cell(
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& hx,
     const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
+  check_same_device("aten::_thnn_fused_gru_cell",
+                    {{"input_gates", input_gates}, {"hidden_gates", hidden_gates}, {"hx", hx},
+                     {"input_bias", input_bias}, {"hidden_bias", hidden_bias}});
   TORCH_CHECK(input_gates.sizes() == hidden_gates.sizes(),
               "_thnn_fused_gru_cell: input_gates ", input_gates.sizes(),
               " and hidden_gates ", hidden_gates.sizes(), " must have the same shape");
@@ -106,6 +116,8 @@ std::tuple<at::Tensor, at::Tensor> fused_gru_cell(
 // (grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias)
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru_cell_backward(
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
+  check_same_device("aten::_thnn_fused_gru_cell_backward",
+                    {{"grad_hy", grad_hy}, {"workspace", workspace}});
   auto device = workspace.device().index();
   AliasSet set(device);
   at::Tensor go = set.alias(grad_hy), ws = set.alias(workspace);
