@@ -8,6 +8,7 @@ the CPU.
     make demo        # or: python examples/demo.py
 """
 
+import os
 import sys
 import time
 
@@ -140,6 +141,46 @@ def profile_summary() -> None:
         print(f"    {e.key:<40} {e.self_device_time_total / 1e3:8.3f} ms  ({e.count} call{'s' * (e.count > 1)})")
     print("  (python examples/profile_training.py writes a full trace for Perfetto)")
 
+# ---------------------------------------------------------------- collectives
+def _allreduce_rank() -> None:
+    # One rank of the 2-rank all-reduce below (run as `demo.py --allreduce-rank`).
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("occl")
+    t = torch.full((4,), float(rank + 1), device=f"openreg:{rank}")
+    dist.all_reduce(t)
+    if rank == 0:
+        print(f"  rank 0 after all_reduce: {t.cpu().tolist()}")
+    dist.destroy_process_group()
+
+
+def collective_facts() -> bool:
+    """Two processes, one openreg device each, all-reduce over OCCL."""
+    import socket
+    import subprocess
+
+    banner("2-rank all-reduce over OCCL (torch.distributed backend 'occl')")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, __file__, "--allreduce-rank"], text=True,
+                              stdout=subprocess.PIPE,
+                              env=dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+             for r in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            outs.append(p.communicate()[0])
+    print(outs[0], end="")
+    ok = all(p.returncode == 0 for p in procs) and "[3.0, 3.0, 3.0, 3.0]" in outs[0]
+    print(f"  1 + 2 on every element: {'correct' if ok else 'WRONG'}")
+    return ok
+
 
 def main() -> int:
     t0 = time.perf_counter()
@@ -148,10 +189,15 @@ def main() -> int:
     memory_facts()
     stream_facts()
     profile_summary()
+
+    ok = collective_facts() and ok
     banner("done")
     print(f"  {'SUCCESS' if ok else 'FAILURE'} in {time.perf_counter() - t0:.1f}s")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--allreduce-rank"]:
+        _allreduce_rank()
+        sys.exit(0)
     sys.exit(main())

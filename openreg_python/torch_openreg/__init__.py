@@ -55,6 +55,7 @@ _register()
 # are registered by libtorch_openreg. After _register(): "openreg" must parse
 # as a device type for register_kernel("openreg").
 from . import ops  # noqa: E402
+from . import distributed  # noqa: E402,F401  (registers the "occl" c10d backend)
 
 
 def _let_autograd_workers_finish() -> None:

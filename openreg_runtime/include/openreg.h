@@ -191,7 +191,12 @@ enum {
    * reports not-ready while it runs. This is how the torch glue runs
    * ATen-on-host kernels without a thread hop.
    * Vendor: real devices have no such mode; launches are asynchronous. */
-  orLaunchSynchronous = 0x1
+  orLaunchSynchronous = 0x1,
+  /* Never run the kernel inline on the calling thread, even when its stream
+   * is idle: for work that may block on other processes (collectives), whose
+   * launch must return at once. Real devices never run work inline, so a
+   * vendor drops this flag. */
+  orLaunchNeverInline = 0x2
 };
 /* Simulation only, like the spin kernel behind torch.cuda._sleep: occupy
  * `stream` for `microseconds` of device time. Never runs inline, so the

@@ -43,7 +43,7 @@ orError_t orLaunchSleep(orStream_t stream, unsigned long long microseconds) {
 orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
                          const char* name, unsigned int flags) {
   if (!fn) return fail(orErrorInvalidValue, "orLaunchKernel: fn is NULL");
-  if (flags & ~unsigned(orLaunchSynchronous))
+  if (flags & ~unsigned(orLaunchSynchronous | orLaunchNeverInline))
     return fail(orErrorInvalidValue, "orLaunchKernel: unknown flags 0x%x", flags);
   Stream* s = resolve_stream(stream, "orLaunchKernel");
   if (!s) return orPeekAtLastError();
@@ -58,7 +58,7 @@ orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
     if (e != orSuccess) return fail(e, "orLaunchKernel: %s", why.c_str());
     return orSuccess;
   }
-  submit(s, std::move(it), /*inline_ok=*/true);
+  submit(s, std::move(it), /*inline_ok=*/!(flags & orLaunchNeverInline));
   return orSuccess;
 }
 

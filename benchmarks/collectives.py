@@ -1,0 +1,151 @@
+"""OCCL vs gloo, in the style of nccl-tests: time and bus bandwidth of
+collectives between ranks on this machine, both backends in one run.
+
+    python benchmarks/collectives.py            # 2 and 4 ranks, full sizes
+    python benchmarks/collectives.py --quick    # a smoke run (tests/benchmarks)
+    python benchmarks/collectives.py --plot docs/collectives.png
+
+Each rank times every operation (medians over iterations, after warm-up) with
+occl on openreg tensors and gloo on CPU tensors; rank 0 prints a table and
+the occl/gloo ratios. Bus bandwidth follows nccl-tests: all-reduce moves
+2(n-1)/n of the buffer per rank, all-gather and reduce-scatter (n-1)/n.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+MiB = 1 << 20
+
+
+def cases(quick):
+    if quick:
+        return [("allreduce", 4), ("allreduce", MiB), ("allgather", MiB), ("reduce_scatter", MiB)]
+    return ([("allreduce", 4)] + [("allreduce", s * MiB) for s in (1, 16, 64, 256)]
+            + [("allgather", 16 * MiB), ("reduce_scatter", 16 * MiB)])
+
+
+def worker(quick):
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("cpu:gloo,openreg:occl")
+    dev = torch.device("openreg", rank % torch.openreg.device_count())
+    torch.openreg.set_device(dev)
+    results = []
+    for op, size in cases(quick):
+        for backend, device in (("occl", dev), ("gloo", torch.device("cpu"))):
+            n = max(1, size // 4)
+            if op == "allreduce":
+                buf = torch.ones(n, device=device)
+                run = lambda: dist.all_reduce(buf)  # noqa: E731
+                factor = 2 * (world - 1) / world
+            elif op == "allgather":
+                inp = torch.ones(n // world, device=device)
+                out = torch.empty(n // world * world, device=device)
+                run = lambda: dist.all_gather_into_tensor(out, inp)  # noqa: E731
+                factor = (world - 1) / world
+            else:
+                inp = torch.ones(n // world * world, device=device)
+                out = torch.empty(n // world, device=device)
+                run = lambda: dist.reduce_scatter_tensor(out, inp)  # noqa: E731
+                factor = (world - 1) / world
+            iters = 3 if quick else (200 if size <= 4096 else max(3, min(20, (512 * MiB) // size)))
+            for _ in range(2 if quick else 5):
+                run()
+            times = []
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                run()
+                if backend == "occl":
+                    torch.openreg.synchronize()
+                times.append(time.perf_counter() - t0)
+            # The slowest rank's median is the collective's time.
+            t = torch.tensor([statistics.median(times)], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            sec = t.item()
+            results.append({"op": op, "bytes": size, "backend": backend, "us": sec * 1e6,
+                            "algbw": size / sec / 1e9, "busbw": size / sec / 1e9 * factor})
+    if rank == 0:
+        print(json.dumps(results))
+    dist.destroy_process_group()
+
+
+def launch(nranks, quick, timeout):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(nranks):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(nranks), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), LOCAL_RANK=str(r))
+        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"] + (["--quick"] if quick else []),
+                                      env=env, stdout=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p in procs:
+        if p.returncode:
+            raise SystemExit(f"a rank failed ({p.returncode})")
+    return json.loads(outs[0].strip().splitlines()[-1])
+
+
+def fmt_size(b):
+    return f"{b // MiB} MiB" if b >= MiB else f"{b} B"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--plot", default=None, help="write a PNG of bus bandwidth against size")
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args.quick)
+    all_rows = {}
+    for n in map(int, args.ranks.split(",")):
+        rows = launch(n, args.quick, timeout=120 if args.quick else 1200)
+        all_rows[n] = rows
+        print(f"\n{n} ranks{' (quick)' if args.quick else ''}")
+        print(f"{'op':<15}{'size':>9}{'occl us':>11}{'gloo us':>11}{'occl busbw':>12}{'gloo busbw':>12}"
+              f"{'ratio':>8}")
+        by = {(r["op"], r["bytes"], r["backend"]): r for r in rows}
+        for op, size in cases(args.quick):
+            o, g = by[(op, size, "occl")], by[(op, size, "gloo")]
+            # latency-bound: ratio of times (gloo/occl); else bus bandwidth (occl/gloo)
+            ratio = g["us"] / o["us"]
+            print(f"{op:<15}{fmt_size(size):>9}{o['us']:>11.1f}{g['us']:>11.1f}"
+                  f"{o['busbw']:>10.2f}GB{g['busbw']:>10.2f}GB{ratio:>7.2f}x")
+    print("\nratio = gloo time / occl time (above 1: occl is faster)")
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for n, rows in all_rows.items():
+            for backend, style in (("occl", "-o"), ("gloo", "--s")):
+                pts = sorted((r["bytes"], r["busbw"]) for r in rows
+                             if r["backend"] == backend and r["op"] == "allreduce" and r["bytes"] >= MiB)
+                ax.plot([p[0] / MiB for p in pts], [p[1] for p in pts], style, label=f"{backend}, {n} ranks")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("all-reduce size (MiB)")
+        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_title("all-reduce bus bandwidth on one host")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+// torch_openreg._occl: ProcessGroupOCCL for Python. Built against torch's
+// bundled pybind11 (openreg_torch_python_module) so that the c10d.Store made
+// by torch can be handed to it and the process group handed back.
+#include <torch/csrc/utils/pybind.h>
+
+#include <pybind11/chrono.h>
+
+#include "ProcessGroupOCCL.hpp"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_occl, m) {
+  m.doc() = "OCCL's c10d process group for openreg";
+  // c10d's Backend must be registered with pybind11 before we derive from it.
+  py::module_::import("torch._C._distributed_c10d");
+  py::class_<torch_openreg::ProcessGroupOCCL, c10d::Backend,
+             c10::intrusive_ptr<torch_openreg::ProcessGroupOCCL>>(m, "ProcessGroupOCCL")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout, const std::string& group_name) {
+             auto opts = c10::make_intrusive<torch_openreg::ProcessGroupOCCL::Options>(timeout);
+             opts->group_name = group_name;
+             return c10::make_intrusive<torch_openreg::ProcessGroupOCCL>(store, rank, size, opts);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::arg("group_name") = "", py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("transport", &torch_openreg::ProcessGroupOCCL::transport)
+      .def_property_readonly("occl_stream", [](torch_openreg::ProcessGroupOCCL& pg) {
+        c10::Stream s = pg.occlStream();
+        return py::make_tuple(s.id(), s.device_index(), int(s.device_type()));
+      });
+}

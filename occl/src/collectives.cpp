@@ -1,0 +1,725 @@
+// The collectives: argument checks, enqueueing as named device work, and the
+// shared-memory algorithms that run when the work executes.
+//
+// Vendor: your collectives library has its own algorithms (rings and trees
+// over NVLink and the network). What carries over is the shape: validate on
+// the host, enqueue on the caller's stream, fail the communicator (not the
+// process) when something goes wrong at run time.
+#include "internal.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+using namespace occl;
+
+namespace occl {
+
+const char* kind_name(uint32_t kind) {
+  switch (kind) {
+    case kAllReduce: return "allreduce";
+    case kBroadcast: return "broadcast";
+    case kReduce: return "reduce";
+    case kAllGather: return "allgather";
+    case kReduceScatter: return "reduce_scatter";
+    case kAllToAll: return "alltoall";
+    case kGather: return "gather";
+    case kScatter: return "scatter";
+    case kBarrier: return "barrier";
+    case kSplit: return "split";
+    case kP2P: return "send/recv";
+  }
+  return "unknown";
+}
+
+}  // namespace occl
+
+namespace {
+
+bool debug_enabled() {
+  static const bool on = [] {
+    const char* v = getenv("OCCL_DEBUG");
+    return v && *v && strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// [a, a+len) of part i when n elements are split into `parts` nearly equal parts.
+inline void part(size_t n, int parts, int i, size_t* off, size_t* len) {
+  const size_t q = n / size_t(parts), r = n % size_t(parts);
+  *off = size_t(i) * q + std::min(size_t(i), r);
+  *len = q + (size_t(i) < r ? 1 : 0);
+}
+
+inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// A queued operation: runs once, on a runtime worker, in stream order.
+struct Op {
+  occlComm* comm;
+  uint64_t seq;
+  const char* name;
+  std::string describe;  // for OCCL_DEBUG
+  std::function<void(const OpCtx&)> body;
+};
+
+orError_t run_op(void* p) {
+  std::unique_ptr<Op> op(static_cast<Op*>(p));
+  occlComm* c = op->comm;
+  const auto start = Clock::now();
+  bool ok = true;
+  bool broken;
+  {
+    std::lock_guard<std::mutex> g(c->err_mu);
+    broken = c->error != occlSuccess;
+  }
+  if (!broken) {
+    OpCtx ctx{op->name, op->seq, start + std::chrono::milliseconds(c->timeout_ms)};
+    try {
+      op->body(ctx);
+    } catch (const Error& e) {
+      c->fail(op->seq, e.result, std::string(op->name) + ": " + e.what());
+      ok = false;
+    } catch (const std::exception& e) {
+      c->fail(op->seq, occlInternalError, std::string(op->name) + ": " + e.what());
+      ok = false;
+    }
+  } else {
+    ok = false;
+  }
+  if (debug_enabled()) {
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    fprintf(stderr, "[occl %s rank %d] %s seq %llu %s: %.3f ms%s\n", c->name.c_str(), c->rank,
+            op->name, (unsigned long long)op->seq, op->describe.c_str(), ms,
+            ok ? "" : " FAILED");
+  }
+  c->completed.store(op->seq, std::memory_order_release);
+  c->inflight.fetch_sub(1);
+  // Errors stay with the communicator (occlCommGetAsyncError), as with NCCL:
+  // the stream itself is not poisoned.
+  return orSuccess;
+}
+
+occlResult_t enqueue(occlComm* c, const char* name, std::string describe, orStream_t stream,
+                     std::function<void(const OpCtx&)> body) {
+  if (c->aborting.load()) return set_last_error(occlRemoteError, std::string(name) + ": communicator aborted");
+  auto* op = new Op{c, 0, name, std::move(describe), std::move(body)};
+  op->seq = c->enqueued.fetch_add(1) + 1;
+  c->inflight.fetch_add(1);
+  if (orLaunchKernel(stream, run_op, op, name, orLaunchNeverInline) != orSuccess) {
+    orGetLastError();
+    c->inflight.fetch_sub(1);
+    // The sequence number is spent: mark it done so waiters do not hang.
+    c->fail(op->seq, occlSystemError, std::string(name) + ": orLaunchKernel: " + orGetLastErrorMessage());
+    c->completed.store(op->seq);
+    delete op;
+    return set_last_error(occlSystemError, std::string(name) + ": orLaunchKernel failed");
+  }
+  return occlSuccess;
+}
+
+// Host-side checks of a device buffer of `bytes` bytes.
+void check_buffer(occlComm* c, const void* p, size_t bytes, const char* what, const char* call) {
+  if (bytes == 0) return;
+  if (!p) throw Error(occlInvalidArgument, format("%s: %s is NULL", call, what));
+  orPointerAttributes a;
+  if (orPointerGetAttributes(&a, p) != orSuccess) {
+    orGetLastError();
+    throw Error(occlInvalidArgument, format("%s: %s: %s", call, what, orGetLastErrorMessage()));
+  }
+  if (a.type != orMemoryTypeDevice || a.device != c->device)
+    throw Error(occlInvalidArgument,
+                format("%s: %s (%p) is not memory of device openreg:%d", call, what, p, c->device));
+  const char* start = static_cast<const char*>(a.devicePointer);
+  if (!start || static_cast<const char*>(p) + bytes > start + a.allocationSize)
+    throw Error(occlInvalidArgument,
+                format("%s: %s (%p, %zu bytes) is not inside one live allocation", call, what, p, bytes));
+}
+
+void check_comm(occlComm* c, const char* call) {
+  if (!c) throw Error(occlInvalidArgument, format("%s: comm is NULL", call));
+}
+
+void check_root(occlComm* c, int root, const char* call) {
+  if (root < 0 || root >= c->nranks)
+    throw Error(occlInvalidArgument, format("%s: root %d out of range [0, %d)", call, root, c->nranks));
+}
+
+size_t type_size_checked(occlDataType_t t, const char* call) {
+  size_t es = occlTypeSize(t);
+  if (!es) throw Error(occlInvalidArgument, format("%s: invalid data type %d", call, int(t)));
+  return es;
+}
+
+OpDesc desc(uint32_t kind, occlDataType_t t, uint64_t seq, uint64_t count, int root,
+            occlRedOpKind_t op, uint32_t round) {
+  OpDesc d;
+  d.kind = kind;
+  d.dtype = uint32_t(t);
+  d.seq = seq;
+  d.count = count;
+  d.root = root;
+  d.redop = uint32_t(op);
+  d.round = round;
+  return d;
+}
+
+template <typename F>
+occlResult_t guarded(const char* call, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    return set_last_error(e.result, e.what());
+  } catch (const std::exception& e) {
+    return set_last_error(occlInternalError, format("%s: %s", call, e.what()));
+  }
+}
+
+std::string describe(size_t count, occlDataType_t t, const char* extra = "") {
+  if (!debug_enabled()) return {};
+  return format("count %zu %s%s", count, type_name(t), extra);
+}
+
+// ------------------------------------------------------------ algorithms
+// Messages up to this size are reduced in one round (every rank reduces the
+// whole message: latency-optimal); larger ones are pipelined in chunks.
+constexpr size_t kSmallAllReduce = size_t(256) << 10;
+
+// [docs:occl-allreduce]
+// All-reduce over shared memory. Small messages: one round, every rank
+// reduces everything. Large messages: a pipelined reduce-scatter +
+// all-gather. In round k each rank copies chunk k of its input into its slot,
+// reduces its 1/n share of chunk k from all slots (into the next slot's share
+// area) and copies all ranks' reduced shares of chunk k-1 into its output,
+// so copy-in, reduction and copy-out of neighbouring chunks overlap.
+void allreduce_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
+                   occlDataType_t t, occlRedOp_t op, int root /* -1: all */, uint32_t kind) {
+  const size_t es = occlTypeSize(t);
+  const int n = c->nranks;
+  const uint64_t seq = ++c->coll_seq;
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  const bool want = root < 0 || root == c->rank;
+  if (count * es <= kSmallAllReduce) {
+    const int par = c->parity();
+    if (count) memcpy(c->self().slot(par), in, count * es);
+    c->post_and_wait(ctx, desc(kind, t, seq, count, root, op.kind, 0));
+    if (!want) return;
+    for (int p = 0; p < n; ++p) srcs[size_t(p)] = c->peers[size_t(p)].slot(par);
+    reduce(out, srcs.data(), n, count, t, op, n);
+    return;
+  }
+  const size_t chunk = kSlotBytes / 2 / es;  // elements per round
+  const size_t share_off = chunk * es;       // share area after the input area
+  const size_t nchunks = ceil_div(count, chunk);
+  auto chunk_len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
+  for (size_t k = 0; k <= nchunks; ++k) {
+    const int par = c->parity();
+    if (k < nchunks) memcpy(c->self().slot(par), in + k * chunk * es, chunk_len(k) * es);
+    c->post_and_wait(ctx, desc(kind, t, seq, count, root, op.kind, uint32_t(k)));
+    if (k >= 1 && want) {  // gather the reduced shares of chunk k-1
+      const size_t len = chunk_len(k - 1);
+      for (int p = 0; p < n; ++p) {
+        size_t o, l;
+        part(len, n, p, &o, &l);
+        memcpy(out + ((k - 1) * chunk + o) * es, c->peers[size_t(p)].slot(par) + share_off + o * es,
+               l * es);
+      }
+    }
+    if (k < nchunks) {  // reduce this rank's share of chunk k
+      size_t o, l;
+      part(chunk_len(k), n, c->rank, &o, &l);
+      for (int p = 0; p < n; ++p) srcs[size_t(p)] = c->peers[size_t(p)].slot(par) + o * es;
+      reduce(c->self().slot(par ^ 1) + share_off + o * es, srcs.data(), n, l, t, op, n);
+    }
+  }
+}
+// [docs:occl-allreduce:end]
+
+void broadcast_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
+                   occlDataType_t t, int root) {
+  const size_t es = occlTypeSize(t), bytes = count * es;
+  const uint64_t seq = ++c->coll_seq;
+  const bool is_root = c->rank == root;
+  if (is_root && in != out && bytes) memmove(out, in, bytes);
+  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, kSlotBytes));
+  for (size_t k = 0; k < rounds; ++k) {
+    const int par = c->parity();
+    const size_t off = k * kSlotBytes, len = std::min(kSlotBytes, bytes - std::min(bytes, off));
+    if (is_root && len) memcpy(c->self().slot(par), in + off, len);
+    c->post_and_wait(ctx, desc(kBroadcast, t, seq, count, root, occlSum, uint32_t(k)));
+    if (!is_root && len) memcpy(out + off, c->peers[size_t(root)].slot(par), len);
+  }
+}
+
+void allgather_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
+                   occlDataType_t t) {
+  const size_t es = occlTypeSize(t), bytes = count * es;
+  const uint64_t seq = ++c->coll_seq;
+  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, kSlotBytes));
+  for (size_t k = 0; k < rounds; ++k) {
+    const int par = c->parity();
+    const size_t off = k * kSlotBytes, len = std::min(kSlotBytes, bytes - std::min(bytes, off));
+    if (len) memcpy(c->self().slot(par), in + off, len);
+    c->post_and_wait(ctx, desc(kAllGather, t, seq, count, -1, occlSum, uint32_t(k)));
+    if (!len) continue;
+    for (int p = 0; p < c->nranks; ++p)
+      memcpy(out + size_t(p) * bytes + off, c->peers[size_t(p)].slot(par), len);
+  }
+}
+
+void reduce_scatter_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
+                        occlDataType_t t, occlRedOp_t op) {
+  const size_t es = occlTypeSize(t);
+  const int n = c->nranks;
+  const uint64_t seq = ++c->coll_seq;
+  const size_t block = kSlotBytes / size_t(n) / es;  // elements per rank per round
+  const size_t rounds = std::max<size_t>(1, ceil_div(count, block));
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  for (size_t k = 0; k < rounds; ++k) {
+    const int par = c->parity();
+    const size_t off = k * block, len = std::min(block, count - std::min(count, off));
+    for (int p = 0; p < n && len; ++p)
+      memcpy(c->self().slot(par) + size_t(p) * block * es, in + (size_t(p) * count + off) * es,
+             len * es);
+    c->post_and_wait(ctx, desc(kReduceScatter, t, seq, count, -1, op.kind, uint32_t(k)));
+    if (!len) continue;
+    for (int p = 0; p < n; ++p)
+      srcs[size_t(p)] = c->peers[size_t(p)].slot(par) + size_t(c->rank) * block * es;
+    reduce(out + off * es, srcs.data(), n, len, t, op, n);
+  }
+}
+
+// Pairwise exchange with uneven sizes; gather and scatter are special cases.
+// Round 0 exchanges the send sizes (and checks them against the receive
+// sizes), then every round moves up to kSlotBytes/n bytes of each pair.
+void alltoallv_shm(occlComm* c, const OpCtx& ctx, const char* in, const std::vector<size_t>& scount,
+                   const std::vector<size_t>& sdispl, char* out, const std::vector<size_t>& rcount,
+                   const std::vector<size_t>& rdispl, occlDataType_t t, uint32_t kind, int root) {
+  const size_t es = occlTypeSize(t);
+  const int n = c->nranks;
+  const uint64_t seq = ++c->coll_seq;
+  int par = c->parity();
+  uint64_t* mine = reinterpret_cast<uint64_t*>(c->self().slot(par));
+  for (int p = 0; p < n; ++p) mine[p] = scount[size_t(p)];
+  c->post_and_wait(ctx, desc(kind, t, seq, 0, root, occlSum, 0));
+  size_t biggest = 0;
+  std::vector<size_t> from(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    const uint64_t* theirs = reinterpret_cast<const uint64_t*>(c->peers[size_t(p)].slot(par));
+    for (int q = 0; q < n; ++q) biggest = std::max<size_t>(biggest, theirs[q]);
+    from[size_t(p)] = theirs[c->rank];
+    if (from[size_t(p)] != rcount[size_t(p)])
+      throw Error(occlInvalidUsage,
+                  format("%s (seq %llu): rank %d sends %zu elements to rank %d, which expects %zu",
+                         ctx.name, (unsigned long long)ctx.seq, p, from[size_t(p)], c->rank,
+                         rcount[size_t(p)]));
+  }
+  const size_t region = kSlotBytes / size_t(n);
+  const size_t rounds = ceil_div(biggest * es, region);
+  for (size_t k = 0; k < rounds; ++k) {
+    par = c->parity();
+    const size_t off = k * region;
+    for (int p = 0; p < n; ++p) {
+      const size_t b = scount[size_t(p)] * es;
+      if (off < b)
+        memcpy(c->self().slot(par) + size_t(p) * region, in + sdispl[size_t(p)] * es + off,
+               std::min(region, b - off));
+    }
+    c->post_and_wait(ctx, desc(kind, t, seq, 0, root, occlSum, uint32_t(k + 1)));
+    for (int p = 0; p < n; ++p) {
+      const size_t b = from[size_t(p)] * es;
+      if (off < b)
+        memcpy(out + rdispl[size_t(p)] * es + off,
+               c->peers[size_t(p)].slot(par) + size_t(c->rank) * region, std::min(region, b - off));
+    }
+  }
+}
+
+// ------------------------------------------------------------ point to point
+// A message on the ring from `from` to `to` (in `from`'s segment): a 16-byte
+// header {tag, bytes}, then the payload padded to 16 bytes, so a header
+// never wraps around the ring's end.
+struct MsgHeader {
+  int64_t tag;
+  uint64_t bytes;
+};
+
+struct P2P {
+  bool send;
+  int peer;  // -1: any source (receive)
+  int64_t tag;
+  char* buf;  // kernel view
+  size_t bytes;
+  int* source;
+  size_t done = 0;
+  bool header = false;  // header written / read
+  bool finished = false;
+};
+
+inline size_t pad16(size_t n) { return (n + 15) & ~size_t(15); }
+
+void ring_write(char* data, uint64_t pos, const char* src, size_t n) {
+  const size_t at = pos % kRingBytes, first = std::min(n, kRingBytes - at);
+  memcpy(data + at, src, first);
+  if (n > first) memcpy(data, src + first, n - first);
+}
+void ring_read(char* dst, const char* data, uint64_t pos, size_t n) {
+  const size_t at = pos % kRingBytes, first = std::min(n, kRingBytes - at);
+  memcpy(dst, data + at, first);
+  if (n > first) memcpy(dst + first, data, n - first);
+}
+
+// One step of a send; true if it moved anything.
+bool progress_send(occlComm* c, P2P& s) {
+  RingHeader* r = c->self().ring(s.peer);
+  char* data = c->self().ring_data(s.peer);
+  const uint64_t head = r->head.load(std::memory_order_relaxed);
+  const uint64_t free_bytes = kRingBytes - (head - r->tail.load(std::memory_order_acquire));
+  uint64_t h = head;
+  if (!s.header) {
+    if (free_bytes < sizeof(MsgHeader)) return false;
+    MsgHeader m{s.tag, s.bytes};
+    ring_write(data, h, reinterpret_cast<const char*>(&m), sizeof(m));
+    h += sizeof(m);
+    s.header = true;
+  }
+  const size_t padded = pad16(s.bytes);
+  const size_t room = kRingBytes - (h - r->tail.load(std::memory_order_acquire));
+  const size_t n = std::min(room, padded - s.done);
+  if (n) {
+    const size_t real = s.done < s.bytes ? std::min(n, s.bytes - s.done) : 0;
+    if (real) ring_write(data, h, s.buf + s.done, real);
+    s.done += n;
+    h += n;
+  }
+  if (h == head) return false;
+  r->head.store(h, std::memory_order_release);
+  if (s.done == padded) s.finished = true;
+  c->ring_bell(s.peer);
+  return true;
+}
+
+bool progress_recv(occlComm* c, const OpCtx& ctx, P2P& s) {
+  if (s.peer < 0) {  // any source: the first peer whose next message has our tag
+    for (int p = 0; p < c->nranks && s.peer < 0; ++p) {
+      if (p == c->rank) continue;
+      RingHeader* r = c->peers[size_t(p)].ring(c->rank);
+      const uint64_t tail = r->tail.load(std::memory_order_relaxed);
+      if (r->head.load(std::memory_order_acquire) - tail < sizeof(MsgHeader)) continue;
+      MsgHeader m;
+      ring_read(reinterpret_cast<char*>(&m), c->peers[size_t(p)].ring_data(c->rank), tail, sizeof(m));
+      if (m.tag == s.tag) s.peer = p;
+    }
+    if (s.peer < 0) return false;
+    if (s.source) *s.source = s.peer;
+  }
+  RingHeader* r = c->peers[size_t(s.peer)].ring(c->rank);
+  const char* data = c->peers[size_t(s.peer)].ring_data(c->rank);
+  const uint64_t tail = r->tail.load(std::memory_order_relaxed);
+  uint64_t t = tail;
+  const uint64_t head = r->head.load(std::memory_order_acquire);
+  if (!s.header) {
+    if (head - t < sizeof(MsgHeader)) return false;
+    MsgHeader m;
+    ring_read(reinterpret_cast<char*>(&m), data, t, sizeof(m));
+    if (m.tag != s.tag || m.bytes != s.bytes)
+      throw Error(occlInvalidUsage,
+                  format("%s (seq %llu): rank %d expects %zu bytes with tag %lld from rank %d, whose "
+                         "next message has %llu bytes with tag %lld",
+                         ctx.name, (unsigned long long)ctx.seq, c->rank, s.bytes, (long long)s.tag,
+                         s.peer, (unsigned long long)m.bytes, (long long)m.tag));
+    t += sizeof(m);
+    s.header = true;
+  }
+  const size_t padded = pad16(s.bytes);
+  const size_t n = std::min<size_t>(head - t, padded - s.done);
+  if (n) {
+    const size_t real = s.done < s.bytes ? std::min(n, s.bytes - s.done) : 0;
+    if (real) ring_read(s.buf + s.done, data, t, real);
+    s.done += n;
+    t += n;
+  }
+  if (t == tail) return false;
+  r->tail.store(t, std::memory_order_release);
+  if (s.done == padded) s.finished = true;
+  c->ring_bell(s.peer);
+  return true;
+}
+
+// [docs:occl-p2p]
+// Progress every send and receive of a group together; sleep on this rank's
+// doorbell (rung by a peer whenever it writes to or drains a ring of ours)
+// when nothing can move. Within a pair, messages keep their order.
+void run_p2p(occlComm* c, const OpCtx& ctx, std::vector<P2P>& ops) {
+  Ctrl* me = c->self().ctrl();
+  for (;;) {
+    const uint32_t bell = me->doorbell.v.load(std::memory_order_acquire);
+    bool moved = false, all = true;
+    std::vector<char> busy_send(size_t(c->nranks), 0), busy_recv(size_t(c->nranks), 0);
+    for (P2P& s : ops) {
+      if (s.finished) continue;
+      all = false;
+      const int p = s.peer;
+      if (p >= 0 && (s.send ? busy_send : busy_recv)[size_t(p)]) continue;  // keep order
+      moved |= s.send ? progress_send(c, s) : progress_recv(c, ctx, s);
+      if (!s.finished && s.peer >= 0) (s.send ? busy_send : busy_recv)[size_t(s.peer)] = 1;
+    }
+    if (all) return;
+    if (moved) continue;
+    int waiting_for = -1;
+    for (P2P& s : ops)
+      if (!s.finished) { waiting_for = s.peer; break; }
+    auto changed = [&] { return me->doorbell.v.load(std::memory_order_acquire) != bell; };
+    if (waiting_for >= 0) {
+      c->wait_for(ctx, waiting_for, &me->doorbell.v, &me->bell_waiters.v, changed,
+                  "a matching send/recv");
+    } else {  // any source: any peer may be the one
+      for (int p = 0; p < c->nranks; ++p)
+        if (p != c->rank) c->check_peer(ctx, p, "a matching send");
+      c->wait_for(ctx, c->rank == 0 ? (c->nranks > 1 ? 1 : 0) : 0, &me->doorbell.v,
+                  &me->bell_waiters.v, changed, "a matching send");
+    }
+  }
+}
+// [docs:occl-p2p:end]
+
+struct Group {
+  int depth = 0;
+  occlComm* comm = nullptr;
+  orStream_t stream = nullptr;
+  std::vector<P2P> ops;
+};
+thread_local Group t_group;
+
+occlResult_t launch_p2p(occlComm* c, orStream_t stream, std::vector<P2P> ops) {
+  const char* name = ops.size() == 1 ? (ops[0].send ? "occl:send" : "occl:recv") : "occl:sendrecv";
+  std::string d;
+  if (debug_enabled()) d = format("%zu ops, %zu bytes first", ops.size(), ops.empty() ? 0 : ops[0].bytes);
+  return enqueue(c, name, d, stream, [c, ops](const OpCtx& ctx) mutable { run_p2p(c, ctx, ops); });
+}
+
+occlResult_t add_p2p(occlComm* c, orStream_t stream, P2P op, const char* call) {
+  if (t_group.depth > 0) {
+    if (t_group.comm && (t_group.comm != c || t_group.stream != stream))
+      throw Error(occlInvalidUsage, format("%s: one group may use one communicator and stream", call));
+    t_group.comm = c;
+    t_group.stream = stream;
+    t_group.ops.push_back(op);
+    return occlSuccess;
+  }
+  return launch_p2p(c, stream, {op});
+}
+
+}  // namespace
+
+size_t occlTypeSize(occlDataType_t t) {
+  static const size_t sizes[] = {1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 1, 8, 16};
+  return unsigned(t) < occlNumTypes ? sizes[t] : 0;
+}
+
+// ------------------------------------------------------------ API
+occlResult_t occlAllReduce(const void* send, void* recv, size_t count, occlDataType_t t,
+                           occlRedOp_t op, occlComm_t c, orStream_t stream) {
+  return guarded("occlAllReduce", [&] {
+    check_comm(c, "occlAllReduce");
+    const size_t es = type_size_checked(t, "occlAllReduce");
+    check_reduction(t, op);
+    check_buffer(c, send, count * es, "sendbuff", "occlAllReduce");
+    check_buffer(c, recv, count * es, "recvbuff", "occlAllReduce");
+    const char* in = c->kv(send);
+    char* out = c->kv(recv);
+    return enqueue(c, "occl:allreduce", describe(count, t), stream, [=](const OpCtx& ctx) {
+      allreduce_shm(c, ctx, in, out, count, t, op, -1, kAllReduce);
+    });
+  });
+}
+
+occlResult_t occlReduce(const void* send, void* recv, size_t count, occlDataType_t t,
+                        occlRedOp_t op, int root, occlComm_t c, orStream_t stream) {
+  return guarded("occlReduce", [&] {
+    check_comm(c, "occlReduce");
+    const size_t es = type_size_checked(t, "occlReduce");
+    check_reduction(t, op);
+    check_root(c, root, "occlReduce");
+    check_buffer(c, send, count * es, "sendbuff", "occlReduce");
+    if (c->rank == root) check_buffer(c, recv, count * es, "recvbuff", "occlReduce");
+    const char* in = c->kv(send);
+    char* out = c->kv(recv);
+    return enqueue(c, "occl:reduce", describe(count, t), stream, [=](const OpCtx& ctx) {
+      allreduce_shm(c, ctx, in, out, count, t, op, root, kReduce);
+    });
+  });
+}
+
+occlResult_t occlBroadcast(const void* send, void* recv, size_t count, occlDataType_t t, int root,
+                           occlComm_t c, orStream_t stream) {
+  return guarded("occlBroadcast", [&] {
+    check_comm(c, "occlBroadcast");
+    const size_t es = type_size_checked(t, "occlBroadcast");
+    check_root(c, root, "occlBroadcast");
+    if (c->rank == root) check_buffer(c, send, count * es, "sendbuff", "occlBroadcast");
+    check_buffer(c, recv, count * es, "recvbuff", "occlBroadcast");
+    const char* in = c->kv(send);
+    char* out = c->kv(recv);
+    return enqueue(c, "occl:broadcast", describe(count, t), stream, [=](const OpCtx& ctx) {
+      broadcast_shm(c, ctx, in, out, count, t, root);
+    });
+  });
+}
+
+occlResult_t occlAllGather(const void* send, void* recv, size_t count, occlDataType_t t,
+                           occlComm_t c, orStream_t stream) {
+  return guarded("occlAllGather", [&] {
+    check_comm(c, "occlAllGather");
+    const size_t es = type_size_checked(t, "occlAllGather");
+    check_buffer(c, send, count * es, "sendbuff", "occlAllGather");
+    check_buffer(c, recv, count * es * size_t(c->nranks), "recvbuff", "occlAllGather");
+    const char* in = c->kv(send);
+    char* out = c->kv(recv);
+    return enqueue(c, "occl:allgather", describe(count, t), stream, [=](const OpCtx& ctx) {
+      allgather_shm(c, ctx, in, out, count, t);
+    });
+  });
+}
+
+occlResult_t occlReduceScatter(const void* send, void* recv, size_t count, occlDataType_t t,
+                               occlRedOp_t op, occlComm_t c, orStream_t stream) {
+  return guarded("occlReduceScatter", [&] {
+    check_comm(c, "occlReduceScatter");
+    const size_t es = type_size_checked(t, "occlReduceScatter");
+    check_reduction(t, op);
+    check_buffer(c, send, count * es * size_t(c->nranks), "sendbuff", "occlReduceScatter");
+    check_buffer(c, recv, count * es, "recvbuff", "occlReduceScatter");
+    const char* in = c->kv(send);
+    char* out = c->kv(recv);
+    return enqueue(c, "occl:reduce_scatter", describe(count, t), stream, [=](const OpCtx& ctx) {
+      reduce_scatter_shm(c, ctx, in, out, count, t, op);
+    });
+  });
+}
+
+namespace {
+occlResult_t alltoallv_impl(const char* call, const char* name, uint32_t kind, int root,
+                            const void* send, std::vector<size_t> sc, std::vector<size_t> sd,
+                            void* recv, std::vector<size_t> rc, std::vector<size_t> rd,
+                            occlDataType_t t, occlComm_t c, orStream_t stream) {
+  const size_t es = type_size_checked(t, call);
+  for (int p = 0; p < c->nranks; ++p) {
+    check_buffer(c, static_cast<const char*>(send) + sd[size_t(p)] * es, sc[size_t(p)] * es,
+                 "sendbuff block", call);
+    check_buffer(c, static_cast<const char*>(recv) + rd[size_t(p)] * es, rc[size_t(p)] * es,
+                 "recvbuff block", call);
+  }
+  const char* in = c->kv(send);
+  char* out = c->kv(recv);
+  return enqueue(c, name, describe(0, t), stream, [=](const OpCtx& ctx) {
+    alltoallv_shm(c, ctx, in, sc, sd, out, rc, rd, t, kind, root);
+  });
+}
+}  // namespace
+
+occlResult_t occlAllToAllv(const void* send, const size_t* sendcounts, const size_t* sdispls,
+                           void* recv, const size_t* recvcounts, const size_t* rdispls,
+                           occlDataType_t t, occlComm_t c, orStream_t stream) {
+  return guarded("occlAllToAllv", [&] {
+    check_comm(c, "occlAllToAllv");
+    if (!sendcounts || !sdispls || !recvcounts || !rdispls)
+      throw Error(occlInvalidArgument, "occlAllToAllv: NULL counts or displacements");
+    const size_t n = size_t(c->nranks);
+    return alltoallv_impl("occlAllToAllv", "occl:alltoall", kAllToAll, -1, send,
+                          {sendcounts, sendcounts + n}, {sdispls, sdispls + n}, recv,
+                          {recvcounts, recvcounts + n}, {rdispls, rdispls + n}, t, c, stream);
+  });
+}
+
+occlResult_t occlGather(const void* send, void* recv, size_t count, occlDataType_t t, int root,
+                        occlComm_t c, orStream_t stream) {
+  return guarded("occlGather", [&] {
+    check_comm(c, "occlGather");
+    check_root(c, root, "occlGather");
+    const size_t n = size_t(c->nranks);
+    std::vector<size_t> sc(n, 0), sd(n, 0), rc(n, 0), rd(n, 0);
+    sc[size_t(root)] = count;
+    for (size_t p = 0; p < n; ++p) {
+      rc[p] = c->rank == root ? count : 0;
+      rd[p] = c->rank == root ? p * count : 0;
+    }
+    return alltoallv_impl("occlGather", "occl:gather", kGather, root, send, sc, sd,
+                          c->rank == root ? recv : const_cast<void*>(send), rc, rd, t, c, stream);
+  });
+}
+
+occlResult_t occlScatter(const void* send, void* recv, size_t count, occlDataType_t t, int root,
+                         occlComm_t c, orStream_t stream) {
+  return guarded("occlScatter", [&] {
+    check_comm(c, "occlScatter");
+    check_root(c, root, "occlScatter");
+    const size_t n = size_t(c->nranks);
+    std::vector<size_t> sc(n, 0), sd(n, 0), rc(n, 0), rd(n, 0);
+    rc[size_t(root)] = count;
+    for (size_t p = 0; p < n; ++p) {
+      sc[p] = c->rank == root ? count : 0;
+      sd[p] = c->rank == root ? p * count : 0;
+    }
+    return alltoallv_impl("occlScatter", "occl:scatter", kScatter, root,
+                          c->rank == root ? send : recv, sc, sd, recv, rc, rd, t, c, stream);
+  });
+}
+
+occlResult_t occlBarrier(occlComm_t c, orStream_t stream) {
+  return guarded("occlBarrier", [&] {
+    check_comm(c, "occlBarrier");
+    return enqueue(c, "occl:barrier", "", stream, [=](const OpCtx& ctx) {
+      const uint64_t seq = ++c->coll_seq;
+      c->post_and_wait(ctx, desc(kBarrier, occlUint8, seq, 0, -1, occlSum, 0));
+    });
+  });
+}
+
+occlResult_t occlSend(const void* send, size_t count, occlDataType_t t, int peer, int64_t tag,
+                      occlComm_t c, orStream_t stream) {
+  return guarded("occlSend", [&] {
+    check_comm(c, "occlSend");
+    const size_t es = type_size_checked(t, "occlSend");
+    if (peer < 0 || peer >= c->nranks || peer == c->rank)
+      throw Error(occlInvalidArgument, format("occlSend: invalid peer %d", peer));
+    check_buffer(c, send, count * es, "sendbuff", "occlSend");
+    P2P op{true, peer, tag, c->kv(send), count * es, nullptr};
+    return add_p2p(c, stream, op, "occlSend");
+  });
+}
+
+occlResult_t occlRecv(void* recv, size_t count, occlDataType_t t, int peer, int64_t tag,
+                      int* source, occlComm_t c, orStream_t stream) {
+  return guarded("occlRecv", [&] {
+    check_comm(c, "occlRecv");
+    const size_t es = type_size_checked(t, "occlRecv");
+    if (peer < -1 || peer >= c->nranks || peer == c->rank)
+      throw Error(occlInvalidArgument, format("occlRecv: invalid peer %d", peer));
+    check_buffer(c, recv, count * es, "recvbuff", "occlRecv");
+    if (source && peer >= 0) *source = peer;
+    P2P op{false, peer, tag, c->kv(recv), count * es, source};
+    return add_p2p(c, stream, op, "occlRecv");
+  });
+}
+
+occlResult_t occlGroupStart(void) {
+  ++t_group.depth;
+  return occlSuccess;
+}
+
+occlResult_t occlGroupEnd(void) {
+  if (t_group.depth == 0) return set_last_error(occlInvalidUsage, "occlGroupEnd without occlGroupStart");
+  if (--t_group.depth > 0) return occlSuccess;
+  std::vector<P2P> ops;
+  ops.swap(t_group.ops);
+  occlComm* c = t_group.comm;
+  orStream_t s = t_group.stream;
+  t_group.comm = nullptr;
+  t_group.stream = nullptr;
+  if (ops.empty()) return occlSuccess;
+  return guarded("occlGroupEnd", [&] { return launch_p2p(c, s, std::move(ops)); });
+}

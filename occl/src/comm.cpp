@@ -1,0 +1,433 @@
+// Communicators: bootstrap over the store, the shared-memory segments, waiting
+// without busy-waiting, errors, abort.
+//
+// Vendor: this is your collectives library's job (NCCL's bootstrap, its
+// shared-memory and network transports, its watchdog-visible async errors).
+#include "internal.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+namespace occl {
+
+std::string format(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char buf[1024];
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+namespace {
+thread_local std::string t_last_error;
+
+std::string hex(const uint8_t* p, size_t n) {
+  std::string s;
+  char b[3];
+  for (size_t i = 0; i < n; ++i) {
+    snprintf(b, sizeof(b), "%02x", p[i]);
+    s += b;
+  }
+  return s;
+}
+
+std::string host_identity() {
+  // Same boot of the same kernel: /proc/<pid>/fd of a peer is reachable.
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + "/" + id;
+}
+
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  // Not FUTEX_PRIVATE_FLAG: the word lives in memory shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+void wake(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiters) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (waiters->load(std::memory_order_relaxed) != 0) futex(word, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+bool pid_exited(int pidfd) {
+  if (pidfd < 0) return false;
+  pollfd p{pidfd, POLLIN, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+}  // namespace
+
+occlResult_t set_last_error(occlResult_t r, const std::string& msg) {
+  t_last_error = msg;
+  return r;
+}
+
+}  // namespace occl
+
+using namespace occl;
+
+// ------------------------------------------------------------ waiting
+void occlComm::check_peer(const OpCtx& ctx, int p, const char* what) {
+  Peer& peer = peers[size_t(p)];
+  if (peer.ctrl()->aborted.v.load(std::memory_order_acquire)) {
+    throw Error(occlRemoteError,
+                format("%s (seq %llu): rank %d aborted while this rank (%d) was waiting for %s: %s",
+                       ctx.name, (unsigned long long)ctx.seq, p, rank, what,
+                       peer.ctrl()->abort_reason));
+  }
+  if (pid_exited(peer.pidfd)) {
+    throw Error(occlRemoteError,
+                format("%s (seq %llu): rank %d (pid %d) died while this rank (%d) was waiting for %s",
+                       ctx.name, (unsigned long long)ctx.seq, p, peer.pid, rank, what));
+  }
+  if (aborting.load(std::memory_order_relaxed)) {
+    throw Error(occlRemoteError, format("%s (seq %llu): the communicator was aborted", ctx.name,
+                                        (unsigned long long)ctx.seq));
+  }
+  if (Clock::now() >= ctx.deadline) {
+    throw Error(occlTimeout,
+                format("%s (seq %llu) timed out after %lld ms: rank %d is waiting for rank %d (%s)",
+                       ctx.name, (unsigned long long)ctx.seq, (long long)timeout_ms, rank, p, what));
+  }
+}
+
+// [docs:occl-wait]
+// Spin briefly (a peer on another core answers within microseconds), then
+// yield, then sleep on a futex. With more ranks than cores a spinning rank
+// would steal the very core its peer needs, so the spin is short.
+void occlComm::wait_for(const OpCtx& ctx, int owner, std::atomic<uint32_t>* word,
+                        std::atomic<uint32_t>* waiters, const std::function<bool()>& pred,
+                        const char* what) {
+  for (int i = 0; i < 2000; ++i) {
+    if (pred()) return;
+    cpu_relax();
+  }
+  for (int i = 0; i < 20; ++i) {
+    if (pred()) return;
+    sched_yield();
+  }
+  for (;;) {
+    waiters->fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = word->load(std::memory_order_seq_cst);
+    if (pred()) {
+      waiters->fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+    timespec ts{0, 20 * 1000 * 1000};  // re-check liveness and the deadline
+    futex(word, FUTEX_WAIT, seen, &ts);
+    waiters->fetch_sub(1, std::memory_order_relaxed);
+    if (pred()) return;
+    check_peer(ctx, owner, what);
+  }
+}
+// [docs:occl-wait:end]
+
+void occlComm::ring_bell(int p) {
+  Ctrl* c = peers[size_t(p)].ctrl();
+  c->doorbell.v.fetch_add(1, std::memory_order_seq_cst);
+  wake(&c->doorbell.v, &c->bell_waiters.v);
+}
+
+// [docs:occl-round]
+// One round: this rank has written its slot (and its descriptor); it posts
+// the round and waits until every peer has posted it too, then checks that
+// everybody is running the same operation. Slots are double-buffered by the
+// round's parity: a rank writes the slot of round i+2 only after seeing all
+// peers post round i+1, which they do only after reading round i.
+void occlComm::post_and_wait(const OpCtx& ctx, const OpDesc& desc) {
+  Ctrl* me = self().ctrl();
+  *self().slot_header(parity()) = SlotHeader{desc, {}};
+  const uint32_t target = ++step;
+  me->step.v.store(target, std::memory_order_release);
+  wake(&me->step.v, &me->waiters.v);
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank) continue;
+    Ctrl* c = peers[size_t(p)].ctrl();
+    wait_for(ctx, p, &c->step.v, &c->waiters.v,
+             [&] { return int32_t(c->step.v.load(std::memory_order_acquire) - target) >= 0; },
+             "the same collective");
+  }
+  const int par = int((target - 1) & 1u);
+  for (int p = 0; p < nranks; ++p) {
+    const OpDesc& d = peers[size_t(p)].slot_header(par)->desc;
+    if (!(d == desc)) {
+      throw Error(occlInvalidUsage,
+                  format("mismatched collectives: rank %d called %s (seq %llu, count %llu, %s, "
+                         "root %d, op %s) but rank %d called %s(seq %llu, count %llu, %s, root %d, "
+                         "op %s)",
+                         rank, ctx.name, (unsigned long long)desc.seq,
+                         (unsigned long long)desc.count, type_name(occlDataType_t(desc.dtype)),
+                         desc.root, op_name(occlRedOpKind_t(desc.redop)), p,
+                         kind_name(d.kind), (unsigned long long)d.seq,
+                         (unsigned long long)d.count, type_name(occlDataType_t(d.dtype)), d.root,
+                         op_name(occlRedOpKind_t(d.redop))));
+    }
+  }
+}
+// [docs:occl-round:end]
+
+void occlComm::fail(uint64_t seq, occlResult_t r, const std::string& msg) {
+  {
+    std::lock_guard<std::mutex> g(err_mu);
+    if (error == occlSuccess) {
+      error = r;
+      error_seq = seq;
+      error_msg = msg;
+    }
+  }
+  // Tell the peers, so they fail now instead of at their timeout.
+  Ctrl* me = peers.empty() || !self().base ? nullptr : self().ctrl();
+  if (me && !me->aborted.v.load()) {
+    snprintf(me->abort_reason, sizeof(me->abort_reason), "%s", msg.c_str());
+    me->aborted.v.store(1, std::memory_order_seq_cst);
+    for (int p = 0; p < nranks; ++p) {
+      if (p == rank || !peers[size_t(p)].base) continue;
+      Ctrl* c = peers[size_t(p)].ctrl();
+      wake(&me->step.v, &me->waiters.v);
+      c->doorbell.v.fetch_add(1);
+      futex(&c->doorbell.v, FUTEX_WAKE, INT_MAX, nullptr);
+      futex(&me->doorbell.v, FUTEX_WAKE, INT_MAX, nullptr);
+    }
+  }
+}
+
+void occlComm::unmap_all() {
+  for (size_t p = 0; p < peers.size(); ++p) {
+    if (peers[p].base) munmap(peers[p].base, seg_bytes);
+    if (peers[p].pidfd >= 0) close(peers[p].pidfd);
+    peers[p] = Peer{};
+  }
+  if (memfd >= 0) close(memfd);
+  memfd = -1;
+}
+
+occlComm::~occlComm() { unmap_all(); }
+
+// ------------------------------------------------------------ bootstrap
+namespace {
+
+// [docs:occl-bootstrap]
+// Each rank creates its segment as an anonymous memfd (mode 0600, owned by
+// this process, never visible in /dev/shm: nothing to clean up when a rank
+// dies, the kernel frees it with the last mapping) and publishes where to
+// find it. A peer on the same host opens it through /proc/<pid>/fd/<fd>,
+// which the kernel allows only for processes of the same user, and checks a
+// random nonce in its header so a recycled pid cannot impersonate the rank.
+void connect(occlComm* c, occlStore* store) {
+  const std::string me_host = host_identity();
+  c->seg_bytes = segment_bytes(c->nranks);
+  c->memfd = int(syscall(SYS_memfd_create, "occl-segment", MFD_CLOEXEC));
+  if (c->memfd < 0) throw Error(occlSystemError, format("memfd_create: %s", strerror(errno)));
+  fchmod(c->memfd, 0600);
+  if (ftruncate(c->memfd, off_t(c->seg_bytes)) != 0)
+    throw Error(occlSystemError, format("ftruncate: %s", strerror(errno)));
+  c->peers.resize(size_t(c->nranks));
+  void* base = mmap(nullptr, c->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
+  if (base == MAP_FAILED) throw Error(occlSystemError, format("mmap: %s", strerror(errno)));
+  Peer& me = c->self();
+  me.base = static_cast<char*>(base);
+  me.pid = getpid();
+  Ctrl* ctrl = new (me.base) Ctrl();
+  ctrl->rank = c->rank;
+  ctrl->nranks = c->nranks;
+  ctrl->pid = getpid();
+  if (getrandom(ctrl->nonce, sizeof(ctrl->nonce), 0) != ssize_t(sizeof(ctrl->nonce)))
+    throw Error(occlSystemError, "getrandom failed");
+  ctrl->magic = kMagic;
+
+  std::ostringstream info;
+  info << me_host << " " << getpid() << " " << c->memfd << " " << hex(ctrl->nonce, 16);
+  store->set(c->store_prefix + "occl/rank/" + std::to_string(c->rank), info.str());
+
+  for (int p = 0; p < c->nranks; ++p) {
+    if (p == c->rank) continue;
+    std::istringstream in(store->get(c->store_prefix + "occl/rank/" + std::to_string(p)));
+    std::string host, nonce;
+    int pid = 0, fd = -1;
+    in >> host >> pid >> fd >> nonce;
+    if (host != me_host) {
+      throw Error(occlSystemError,
+                  format("rank %d runs on another host (%s, this is %s): liboccl has only the "
+                         "shared-memory transport, all ranks must share one host",
+                         p, host.c_str(), me_host.c_str()));
+    }
+    Peer& peer = c->peers[size_t(p)];
+    peer.pid = pid;
+    peer.pidfd = int(syscall(SYS_pidfd_open, pid, 0));
+    std::string path = format("/proc/%d/fd/%d", pid, fd);
+    int pfd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (pfd < 0)
+      throw Error(occlSystemError, format("cannot open rank %d's segment %s: %s", p,
+                                          path.c_str(), strerror(errno)));
+    struct stat st;
+    if (fstat(pfd, &st) != 0 || size_t(st.st_size) != c->seg_bytes) {
+      close(pfd);
+      throw Error(occlInvalidUsage, format("rank %d's segment has the wrong size (world sizes "
+                                           "differ?)", p));
+    }
+    void* pb = mmap(nullptr, c->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+    close(pfd);
+    if (pb == MAP_FAILED) throw Error(occlSystemError, format("mmap: %s", strerror(errno)));
+    peer.base = static_cast<char*>(pb);
+    Ctrl* pc = peer.ctrl();
+    if (pc->magic != kMagic || hex(pc->nonce, 16) != nonce || pc->rank != p ||
+        pc->nranks != c->nranks) {
+      throw Error(occlInvalidUsage,
+                  format("the segment published by rank %d does not carry its identity (a "
+                         "different job, or a recycled pid): refused", p));
+    }
+  }
+}
+// [docs:occl-bootstrap:end]
+
+}  // namespace
+
+// ------------------------------------------------------------ API
+namespace occl {
+const char* last_error_cstr() { return t_last_error.c_str(); }
+}  // namespace occl
+
+const char* occlGetLastError(void) { return occl::last_error_cstr(); }
+
+const char* occlGetErrorString(occlResult_t r) {
+  switch (r) {
+    case occlSuccess: return "no error";
+    case occlInvalidArgument: return "invalid argument";
+    case occlInvalidUsage: return "invalid usage (ranks disagree)";
+    case occlSystemError: return "system error";
+    case occlRemoteError: return "remote error (a peer died or aborted)";
+    case occlTimeout: return "timeout";
+    case occlInternalError: return "internal error";
+    case occlInProgress: return "in progress";
+  }
+  return "unknown result";
+}
+
+occlResult_t occlCommInitRank(occlComm_t* out, int nranks, int rank, occlStore* store,
+                              const occlConfig_t* cfg) {
+  if (!out || !store || !cfg)
+    return set_last_error(occlInvalidArgument, "occlCommInitRank: NULL argument");
+  *out = nullptr;
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return set_last_error(occlInvalidArgument,
+                          format("occlCommInitRank: rank %d out of range for %d ranks", rank, nranks));
+  auto c = std::make_unique<occlComm>();
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = cfg->device;
+  c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30 * 60 * 1000;
+  c->name = cfg->name ? cfg->name : "occl";
+  c->sent_bytes.assign(size_t(nranks), 0);
+  c->recv_bytes.assign(size_t(nranks), 0);
+  if (orDeviceGetKernelViewOffset(cfg->device, &c->kview_offset) != orSuccess) {
+    orGetLastError();
+    return set_last_error(occlInvalidArgument,
+                          format("occlCommInitRank: device openreg:%d: %s", cfg->device,
+                                 orGetLastErrorMessage()));
+  }
+  try {
+    connect(c.get(), store);
+    // Everyone has mapped everyone: the memfd's descriptor is no longer
+    // needed (the mappings keep the memory alive).
+    OpCtx ctx{"occl:init", 0,
+              Clock::now() + std::chrono::milliseconds(c->timeout_ms)};
+    OpDesc d;
+    d.kind = kBarrier;
+    c->post_and_wait(ctx, d);
+    close(c->memfd);
+    c->memfd = -1;
+  } catch (const Error& e) {
+    return set_last_error(e.result, std::string("occlCommInitRank: ") + e.what());
+  } catch (const std::exception& e) {
+    return set_last_error(occlSystemError, std::string("occlCommInitRank: store: ") + e.what());
+  }
+  *out = c.release();
+  return occlSuccess;
+}
+
+occlResult_t occlCommDestroy(occlComm_t comm) {
+  if (!comm) return occlSuccess;
+  while (comm->inflight.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  delete comm;
+  return occlSuccess;
+}
+
+occlResult_t occlCommAbort(occlComm_t comm) {
+  if (!comm) return occlSuccess;
+  comm->aborting.store(true);
+  comm->fail(comm->completed.load() + 1, occlRemoteError,
+             format("communicator %s was aborted by rank %d", comm->name.c_str(), comm->rank));
+  // Running work notices `aborting` within one sleep slice.
+  while (comm->inflight.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  delete comm;
+  return occlSuccess;
+}
+
+occlResult_t occlCommCount(occlComm_t comm, int* count) {
+  if (!comm || !count) return set_last_error(occlInvalidArgument, "occlCommCount: NULL argument");
+  *count = comm->nranks;
+  return occlSuccess;
+}
+
+occlResult_t occlCommUserRank(occlComm_t comm, int* rank) {
+  if (!comm || !rank) return set_last_error(occlInvalidArgument, "occlCommUserRank: NULL argument");
+  *rank = comm->rank;
+  return occlSuccess;
+}
+
+occlResult_t occlCommGetAsyncError(occlComm_t comm, occlResult_t* result) {
+  if (!comm || !result) return set_last_error(occlInvalidArgument, "occlCommGetAsyncError: NULL argument");
+  std::lock_guard<std::mutex> g(comm->err_mu);
+  *result = comm->error;
+  return occlSuccess;
+}
+
+const char* occlCommGetErrorMessage(occlComm_t comm) {
+  if (!comm) return "";
+  std::lock_guard<std::mutex> g(comm->err_mu);
+  return comm->error_msg.c_str();
+}
+
+uint64_t occlCommLastSeq(occlComm_t comm) { return comm ? comm->enqueued.load() : 0; }
+
+occlResult_t occlCommQuerySeq(occlComm_t comm, uint64_t seq) {
+  if (!comm) return occlInvalidArgument;
+  std::lock_guard<std::mutex> g(comm->err_mu);
+  if (comm->error != occlSuccess && comm->error_seq <= seq) return comm->error;
+  if (comm->completed.load() < seq) return occlInProgress;
+  return occlSuccess;
+}
+
+const char* occlCommTransport(occlComm_t comm) { return comm ? "shm" : ""; }

@@ -1,0 +1,190 @@
+"""One rank of the liboccl-alone tests: no torch, only torch_openreg._runtime
+(device buffers) and torch_openreg._occl_testing (liboccl), with numpy as the
+oracle. Usage: occl_lib.py <store dir> <case>."""
+
+import ctypes
+import os
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+from torch_openreg import _occl_testing as oc  # noqa: E402
+from torch_openreg import _runtime as rt  # noqa: E402
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+store_dir, case = sys.argv[1], sys.argv[2]
+
+
+def to_dev(a: np.ndarray) -> int:
+    a = np.ascontiguousarray(a)
+    p = rt.malloc(max(a.nbytes, 1))
+    if a.nbytes:
+        rt.memcpy(p, a.ctypes.data, a.nbytes, rt.HostToDevice)
+    return p
+
+
+def from_dev(p: int, like: np.ndarray) -> np.ndarray:
+    out = np.empty_like(like)
+    if out.nbytes:
+        rt.memcpy(out.ctypes.data, p, out.nbytes, rt.DeviceToHost)
+    return out
+
+
+def data(seed, r, n, dtype):
+    g = np.random.default_rng(seed * 100 + r)
+    if dtype == np.bool_:
+        return g.random(n) < 0.5
+    if np.issubdtype(dtype, np.integer):
+        lo = 0 if np.issubdtype(dtype, np.unsignedinteger) else -5
+        return g.integers(lo, 6, n).astype(dtype)
+    return g.standard_normal(n).astype(dtype)
+
+
+store = oc.FileStore(store_dir, 30.0)
+comm = oc.Comm(store, world, rank, device=0, timeout_ms=int(os.environ.get("OCCL_TEST_TIMEOUT_MS", "20000")))
+assert (comm.rank, comm.size) == (rank, world)
+s = rt.stream_create()
+
+if case == "ops":
+    folds = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+             "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
+    types = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64,
+             "uint8": np.uint8, "int8": np.int8, "bool": np.bool_}
+    # Small (one round) and large (pipelined, > the 4 MiB slot) messages.
+    for n in (0, 1, 1000, 3 * (1 << 20) + 7):
+        for tname, t in types.items():
+            ops = ["sum", "prod", "min", "max"] + (["band", "bor", "bxor"] if t in (np.int32, np.int64, np.uint8, np.int8, np.bool_) else [])
+            if n > 5000:
+                ops = ops[:1]
+            for op in ops:
+                xs = [data(n + len(op), r, n, t) for r in range(world)]
+                want = xs[0]
+                for x in xs[1:]:
+                    want = (np.logical_or if t == np.bool_ and op in ("sum", "max") else
+                            np.logical_and if t == np.bool_ and op in ("prod", "min") else folds[op])(want, x)
+                d = to_dev(xs[rank])
+                comm.allreduce(d, d, n, tname, op, stream=s)
+                comm.synchronize(s)
+                got = from_dev(d, xs[rank])
+                if t in (np.float32, np.float64):
+                    np.testing.assert_allclose(got, want.astype(t), rtol=1e-5, atol=1e-6)
+                else:
+                    np.testing.assert_array_equal(got, want.astype(t), err_msg=f"{tname} {op} n={n}")
+                rt.free(d)
+    # avg and premul_sum on floats
+    x = data(7, rank, 5000, np.float32)
+    xs = [data(7, r, 5000, np.float32) for r in range(world)]
+    d = to_dev(x)
+    comm.allreduce(d, d, 5000, "float32", "avg", stream=s)
+    comm.synchronize(s)
+    np.testing.assert_allclose(from_dev(d, x), sum(xs) / world, rtol=1e-5, atol=1e-6)
+    comm.allreduce(d, d, 5000, "float32", "premul_sum", 0.5, stream=s)
+    comm.synchronize(s)
+    np.testing.assert_allclose(from_dev(d, x), 0.5 * world * (sum(xs) / world), rtol=1e-5, atol=1e-6)
+    rt.free(d)
+    # broadcast / allgather / reduce_scatter / alltoallv / gather / scatter, small and large
+    for n in (0, 17, 5 * (1 << 20) // 4 + 3):
+        xs = [data(n, r, n, np.float32) for r in range(world)]
+        d = to_dev(xs[rank])
+        comm.broadcast(d, d, n, "float32", root=world - 1, stream=s)
+        comm.synchronize(s)
+        np.testing.assert_array_equal(from_dev(d, xs[rank]), xs[world - 1])
+        rt.free(d)
+        src = to_dev(xs[rank])
+        dst = to_dev(np.zeros(n * world, np.float32))
+        comm.allgather(src, dst, n, "float32", stream=s)
+        comm.synchronize(s)
+        np.testing.assert_array_equal(from_dev(dst, np.zeros(n * world, np.float32)), np.concatenate(xs))
+        rt.free(src)
+        rt.free(dst)
+        big = [data(n + 1, r, n * world, np.float32) for r in range(world)]
+        src = to_dev(big[rank])
+        dst = to_dev(np.zeros(n, np.float32))
+        comm.reduce_scatter(src, dst, n, "float32", "sum", stream=s)
+        comm.synchronize(s)
+        want = sum(b[rank * n:(rank + 1) * n].astype(np.float64) for b in big).astype(np.float32)
+        np.testing.assert_allclose(from_dev(dst, np.zeros(n, np.float32)), want, rtol=1e-5, atol=1e-5)
+        rt.free(src)
+        rt.free(dst)
+    # uneven all-to-all: rank r sends (r + 2 * p + 1) * 1000 elements to p
+    cnt = lambda src, dst: (src + 2 * dst + 1) * 1000  # noqa: E731
+    sc = [cnt(rank, p) for p in range(world)]
+    rc = [cnt(p, rank) for p in range(world)]
+    sd = list(np.cumsum([0] + sc[:-1]))
+    rd = list(np.cumsum([0] + rc[:-1]))
+    send = np.concatenate([np.full(sc[p], rank * 100 + p, np.int64) for p in range(world)])
+    src, dst = to_dev(send), to_dev(np.zeros(sum(rc), np.int64))
+    comm.alltoallv(src, sc, [int(v) for v in sd], dst, rc, [int(v) for v in rd], "int64", stream=s)
+    comm.synchronize(s)
+    want = np.concatenate([np.full(rc[p], p * 100 + rank, np.int64) for p in range(world)])
+    np.testing.assert_array_equal(from_dev(dst, np.zeros(sum(rc), np.int64)), want)
+    # send/recv around the ring, larger than the 1 MiB ring buffer, in a group
+    n = 700_000
+    mine = np.full(n, rank, np.int32)
+    src, dst = to_dev(mine), to_dev(np.zeros(n, np.int32))
+    comm.group_start()
+    comm.send(src, n, "int32", (rank + 1) % world, tag=3, stream=s)
+    comm.recv(dst, n, "int32", (rank - 1) % world, tag=3, stream=s)
+    comm.group_end()
+    comm.synchronize(s)
+    np.testing.assert_array_equal(from_dev(dst, mine), np.full(n, (rank - 1) % world, np.int32))
+    comm.barrier(stream=s)
+    comm.synchronize(s)
+    assert comm.query(comm.last_seq) == "occlSuccess"
+    print("OK", comm.last_seq)
+elif case == "async":
+    # The launch returns at once although the peer joins later: the work runs
+    # on a device worker, and the stream reports not-ready meanwhile.
+    x = np.ones(10, np.float32)
+    d = to_dev(x)
+    if rank == 1:
+        time.sleep(1.0)
+    t0 = time.monotonic()
+    comm.allreduce(d, d, 10, "float32", "sum", stream=s)
+    launched = time.monotonic() - t0
+    if rank == 0:
+        assert launched < 0.5, launched
+        assert not rt.stream_query(s)
+        assert comm.query(comm.last_seq) == "occlInProgress"
+    comm.synchronize(s)
+    np.testing.assert_array_equal(from_dev(d, x), np.full(10, world, np.float32))
+    print("OK")
+elif case == "mismatch":
+    d = to_dev(np.ones(10 + rank, np.float32))
+    comm.allreduce(d, d, 10 + rank, "float32", "sum", stream=s)
+    try:
+        comm.synchronize(s)
+    except oc.OcclError as e:
+        print("ERROR", e.name, e)
+    else:
+        raise AssertionError("mismatched sizes must fail")
+elif case == "dead":
+    d = to_dev(np.ones(10, np.float32))
+    if rank == 1:
+        os._exit(3)
+    comm.allreduce(d, d, 10, "float32", "sum", stream=s)
+    t0 = time.monotonic()
+    try:
+        comm.synchronize(s)
+    except oc.OcclError as e:
+        print("ERROR", e.name, round(time.monotonic() - t0, 2), e)
+    else:
+        raise AssertionError("a dead peer must fail the collective")
+elif case == "invalid":
+    d = to_dev(np.ones(10, np.float32))
+    for call, why in [(lambda: comm.allreduce(d, d, 10, "float32", "band"), "band"),
+                      (lambda: comm.allreduce(d, d, 10_000, "float32", "sum"), "allocation"),
+                      (lambda: comm.broadcast(d, d, 10, "float32", root=world), "root"),
+                      (lambda: comm.allreduce(12345, 12345, 10, "float32", "sum"), "device")]:
+        try:
+            call()
+        except oc.OcclError as e:
+            assert e.name == "occlInvalidArgument" and why in str(e), e
+        else:
+            raise AssertionError(why)
+    comm.barrier(stream=s)  # the communicator still works
+    comm.synchronize(s)
+    print("OK")
+comm.destroy()
