@@ -85,6 +85,14 @@ const char* launch_api(const Record& r) {
   }
 }
 
+// Device copies and memsets are named as CUDA traces name them; the runtime
+// call that launched them keeps its API name (orMemcpyAsync, ...).
+std::string activity_name(const Record& r) {
+  if (r.type == ActivityType::GPU_MEMCPY) return std::string("Memcpy ") + copy_kind_name(r.copy_kind);
+  if (r.type == ActivityType::GPU_MEMSET) return "Memset";
+  return r.name;
+}
+
 class Session;
 // The recording session, if any (ranges and the trace callback reach it).
 std::atomic<Session*> g_active{nullptr};
@@ -148,7 +156,7 @@ class Session final : public libkineto::IActivityProfilerSession {
       const auto corr = static_cast<int32_t>(r.correlation);
       const libkineto::ITraceActivity* op = corr ? linked(corr) : nullptr;
 
-      libkineto::GenericTraceActivity act(span_, r.type, r.name);
+      libkineto::GenericTraceActivity act(span_, r.type, activity_name(r));
       act.startTime = r.start_ns + offset_ns_;
       act.endTime = r.end_ns + offset_ns_;
       act.id = next_id++;

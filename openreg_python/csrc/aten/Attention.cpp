@@ -415,7 +415,7 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
   at::Tensor b = set.alias(bias);
   ForwardResult r;
   if (use_cpu_flash(query, key, value, bias, dropout_p) && !return_debug_mask) {
-    launch_kernel(device, "sdpa_overrideable_forward", [&] {
+    launch_kernel(device, "aten::_scaled_dot_product_fused_attention_overrideable", [&] {
       std::optional<at::Tensor> mask;
       if (b.defined()) mask = b;
       auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
@@ -426,7 +426,7 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
     return {set.unwrap(r.out), set.unwrap(r.lse), at::Tensor(), at::Tensor(),
             c10::SymInt(s.L), c10::SymInt(s.S), philox_seed, philox_offset, at::Tensor()};
   }
-  launch_kernel(device, "sdpa_overrideable_forward", [&] {
+  launch_kernel(device, "aten::_scaled_dot_product_fused_attention_overrideable", [&] {
     r = attention_forward_kernel(s.batched ? q : q.unsqueeze(0),
                                  s.batched ? k : k.unsqueeze(0),
                                  s.batched ? v : v.unsqueeze(0), b, dropout_p, is_causal, sc,
@@ -480,7 +480,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
                          attn_bias.scalar_type() != at::kBool;
   if (use_cpu_flash(query, key, value, attn_bias, dropout_p) && !mask_grad) {
     at::Tensor o = set.alias(out), lse = set.alias(logsumexp);
-    launch_kernel(device, "sdpa_overrideable_backward", [&] {
+    launch_kernel(device, "aten::_scaled_dot_product_fused_attention_overrideable_backward", [&] {
       std::optional<at::Tensor> mask;
       if (b.defined()) mask = b;
       auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
@@ -491,7 +491,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
     });
     return {set.unwrap(r.dq), set.unwrap(r.dk), set.unwrap(r.dv), at::Tensor()};
   }
-  launch_kernel(device, "sdpa_overrideable_backward", [&] {
+  launch_kernel(device, "aten::_scaled_dot_product_fused_attention_overrideable_backward", [&] {
     auto batch = [&](const at::Tensor& t) { return s.batched ? t : t.unsqueeze(0); };
     r = attention_backward_kernel(batch(g), batch(q), batch(k), batch(v), b, dropout_p,
                                   is_causal, sc, seed, grad_input_mask, cache_key);

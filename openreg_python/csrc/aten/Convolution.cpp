@@ -23,7 +23,7 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   std::optional<at::Tensor> b;
   if (bias && bias->defined()) b = set.alias(*bias);
   at::Tensor out;
-  launch_kernel(device, "convolution", [&] {
+  launch_kernel(device, "aten::convolution_overrideable", [&] {
     out = at::convolution(in, w, b, stride, padding, dilation, transposed, output_padding, groups);
   });
   return set.unwrap(out);
@@ -41,7 +41,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   at::Tensor go = set.alias(grad_output), in = set.alias(input), w = set.alias(weight);
   std::tuple<at::Tensor, at::Tensor, at::Tensor> r;
   std::vector<int64_t> bias_sizes{weight.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
-  launch_kernel(device, "convolution_backward", [&] {
+  launch_kernel(device, "aten::convolution_backward_overrideable", [&] {
     r = at::convolution_backward(go, in, w, bias_sizes, stride, padding, dilation, transposed,
                                  output_padding, groups, output_mask);
   });

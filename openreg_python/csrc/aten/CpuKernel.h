@@ -251,6 +251,12 @@ struct Slot<std::tuple<T...>> {
   std::tuple<T...>& get() { return *v; }
 };
 
+// "add.Tensor" -> "aten::add": the operator, without the overload.
+inline std::string launch_name(const char* schema_name) {
+  std::string n = schema_name;
+  return "aten::" + n.substr(0, n.find('.'));
+}
+
 }  // namespace cpu_kernel
 
 template <auto Fn, const char* Name>
@@ -271,16 +277,18 @@ struct CpuKernel<Fn, Name> {
     c10::DeviceIndex device = -1;
     (Conv<A>::find_device(args, &device), ...);
     if (device < 0) device = current_device();
+    // Traces name the kernel by its operator, as the fallback does ("aten::add").
+    static const std::string kernel = launch_name(Name);
     AliasSet set(device);
     std::tuple<typename Conv<A>::Held...> held{Conv<A>::in(set, args)...};
     if constexpr (std::is_void_v<R>) {
-      launch_kernel(device, Name, [&] {
+      launch_kernel(device, kernel.c_str(), [&] {
         std::apply([](auto&... h) { Fn(Conv<A>::pass(h)...); }, held);
       });
       write_back_all(set, held, std::index_sequence_for<A...>{}, args...);
     } else {
       Slot<R> result;
-      launch_kernel(device, Name, [&] {
+      launch_kernel(device, kernel.c_str(), [&] {
         std::apply([&](auto&... h) { result.set(Fn(Conv<A>::pass(h)...)); }, held);
       });
       write_back_all(set, held, std::index_sequence_for<A...>{}, args...);

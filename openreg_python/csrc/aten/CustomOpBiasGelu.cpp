@@ -121,7 +121,7 @@ Tensor fused_bias_gelu_kernel(const Tensor& x, const Tensor& bias) {
   check_bias_gelu("openreg::fused_bias_gelu", x, bias);
   // CPU tensors run the loop in place; openreg tensors run it on the device's
   // current stream over zero-copy aliases of device memory.
-  return run_on_device_of(x, "fused_bias_gelu",
+  return run_on_device_of(x, "openreg::fused_bias_gelu",
                           [](const std::vector<Tensor>& t) { return bias_gelu_compute(t[0], t[1]); },
                           {x, bias});
 }
@@ -141,7 +141,7 @@ std::tuple<Tensor, Tensor> fused_bias_gelu_backward_kernel(const Tensor& grad, c
               x.scalar_type(), " on ", x.device(), ", got ", grad.sizes(), " ",
               grad.scalar_type(), " on ", grad.device());
   return run_on_device_of(
-      x, "fused_bias_gelu_backward",
+      x, "openreg::fused_bias_gelu_backward",
       [](const std::vector<Tensor>& t) { return bias_gelu_backward_compute(t[0], t[1], t[2]); },
       {grad, x, bias});
 }

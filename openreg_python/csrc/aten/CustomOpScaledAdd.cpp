@@ -68,7 +68,7 @@ struct structured_scaled_add_out : public meta::structured_scaled_add {
 TORCH_IMPL_FUNC(scaled_add_out)(const at::Tensor& self, const at::Tensor& other,
                                 const at::Scalar& alpha, const at::Tensor& out) {
   // `out` is preallocated (functional), user-given (out=) or self (in-place).
-  run_on_device_of(out, "scaled_add", [&](const std::vector<at::Tensor>& t) {
+  run_on_device_of(out, "openreg::scaled_add", [&](const std::vector<at::Tensor>& t) {
     at::Tensor o = t[0];
     at::add_out(o, t[1], t[2], alpha);  // Vendor: your elementwise kernel here.
     return o;

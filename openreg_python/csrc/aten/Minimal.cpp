@@ -174,7 +174,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     }
     AliasSet dst_set(dd), src_set(sd);
     at::Tensor d = dst_set.alias(self), s = src_set.alias(src);
-    launch_kernel(dd, "copy_d2d", [&] { d.copy_(s); });
+    launch_kernel(dd, "aten::copy_", [&] { d.copy_(s); });
     return self;
   }
   // [docs:copy-h2d]
@@ -202,7 +202,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   AliasSet set(device);
   at::Tensor d = dst_dev ? set.alias(self) : self;
   at::Tensor s = dst_dev ? src : set.alias(src);
-  launch_kernel(device, dst_dev ? "copy_h2d" : "copy_d2h", [&] { d.copy_(s); });
+  launch_kernel(device, "aten::copy_", [&] { d.copy_(s); });
   return self;
   // [docs:copy-h2d:end]
 }
@@ -227,7 +227,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   at::Tensor a = set.alias(self);
   c10::Scalar out;
   // Runs after the stream's queued work: .item() is a synchronisation point.
-  launch_kernel(dev, "_local_scalar_dense", [&] { out = at::_local_scalar_dense(a); });
+  launch_kernel(dev, "aten::_local_scalar_dense", [&] { out = at::_local_scalar_dense(a); });
   return out;
 }
 
@@ -268,7 +268,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("copy_", TORCH_FN(copy_));
   m.impl("_copy_from", TORCH_FN(_copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(_copy_from_and_resize));
-  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("aten::_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("native_dropout", TORCH_FN(native_dropout));
 }

@@ -39,7 +39,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(
   at::Tensor ig = set.alias(input_gates), hg = set.alias(hidden_gates), c = set.alias(cx);
   at::Tensor b1 = opt(set, input_bias), b2 = opt(set, hidden_bias);
   at::Tensor hy, cy, ws;
-  launch_kernel(device, "_thnn_fused_lstm_cell", [&] {
+  launch_kernel(device, "aten::_thnn_fused_lstm_cell", [&] {
     at::Tensor gates = ig + hg;
     if (b1.defined()) gates = gates + b1 + b2;
     auto chunks = gates.chunk(4, 1);
@@ -64,7 +64,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward(
   at::Tensor go = opt(set, grad_hy), goc = opt(set, grad_cy);
   at::Tensor c = set.alias(cx), cyy = set.alias(cy), ws = set.alias(workspace);
   at::Tensor grad_gates, grad_cx, grad_bias;
-  launch_kernel(device, "_thnn_fused_lstm_cell_backward_impl", [&] {
+  launch_kernel(device, "aten::_thnn_fused_lstm_cell_backward_impl", [&] {
     auto chunks = ws.chunk(4, 1);
     const at::Tensor &i = chunks[0], &f = chunks[1], &g = chunks[2], &o = chunks[3];
     at::Tensor tanh_cy = cyy.tanh();
@@ -100,7 +100,7 @@ std::tuple<at::Tensor, at::Tensor> fused_gru_cell(
   at::Tensor ig = set.alias(input_gates), hg = set.alias(hidden_gates), h = set.alias(hx);
   at::Tensor b1 = opt(set, input_bias), b2 = opt(set, hidden_bias);
   at::Tensor hy, ws;
-  launch_kernel(device, "_thnn_fused_gru_cell", [&] {
+  launch_kernel(device, "aten::_thnn_fused_gru_cell", [&] {
     at::Tensor i_all = b1.defined() ? ig + b1 : ig;
     at::Tensor h_all = b2.defined() ? hg + b2 : hg;
     auto ic = i_all.chunk(3, 1), hc = h_all.chunk(3, 1);
@@ -122,7 +122,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
   AliasSet set(device);
   at::Tensor go = set.alias(grad_hy), ws = set.alias(workspace);
   at::Tensor gi, gh, ghx, gbi, gbh;
-  launch_kernel(device, "_thnn_fused_gru_cell_backward", [&] {
+  launch_kernel(device, "aten::_thnn_fused_gru_cell_backward", [&] {
     auto c = ws.chunk(5, 1);
     const at::Tensor &r = c[0], &z = c[1], &n = c[2], &hx = c[3], &hn = c[4];
     at::Tensor gz = go * (hx - n) * (1 - z) * z;
