@@ -149,7 +149,7 @@ at::Tensor& addr_(at::Tensor& self, const at::Tensor& vec1, const at::Tensor& ve
                   const c10::Scalar& beta, const c10::Scalar& alpha) {
   auto device = self.device().index();
   AliasSet set(device);
-  at::Tensor s = set.alias(self), v1 = set.alias(vec1), v2 = set.alias(vec2);
+  at::Tensor s = set.alias(self, /*write=*/true), v1 = set.alias(vec1), v2 = set.alias(vec2);
   launch_kernel(device, "addr_", [&] { at::cpu::addr_outf(s, v1, v2, beta, alpha, s); });
   set.sync_back(self, s);
   return self;
