@@ -216,7 +216,8 @@ OR_API orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn,
  * stream order, event record/wait, stream/event/device synchronisation and
  * blocking copies. Every copy and memset declares the memory it touches
  * itself; a kernel's accesses are declared by its launcher with
- * orSanitizerDeclareAccess. An access whose last conflicting access (a write,
+ * orSanitizerDeclareAccess. orFree ends a range's history (as cudaFree,
+ * which synchronises the device). An access whose last conflicting access (a write,
  * or any access for a write) was made on another stream and is not ordered
  * before it fails with orErrorStreamRace *before the work runs*;
  * orGetLastErrorMessage() then names both accesses, both streams and the fix.

@@ -321,9 +321,11 @@ orError_t orFree(void* devPtr) {
   a.used.erase(it);
   a.used_bytes -= len;
   insert_free(a, off, len);
-  // Unlike cudaFree, orFree does not wait for queued work: the accesses made
-  // so far stay tracked, and a new allocation racing with them is reported.
-  if (san::on()) san::freed(devPtr, len);
+  // The sanitizer treats orFree as cudaFree, which synchronises the device:
+  // the range's history ends here. (orFree itself does not wait for queued
+  // work: a reuse of the range that overtakes queued work is a runtime-level
+  // hazard the sanitizer does not report.)
+  if (san::on()) san::forget(devPtr, len);
   return orSuccess;
 }
 

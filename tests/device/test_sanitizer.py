@@ -15,13 +15,14 @@ N = 1000
 
 @pytest.fixture
 def sanitizer():
+    was_on = torch.openreg.is_stream_sanitizer_enabled()
     torch.openreg.synchronize()
-    torch.openreg.set_stream_sanitizer(True)
+    torch.openreg.set_stream_sanitizer(True)  # fresh history
     try:
         yield
     finally:
         torch.openreg.synchronize()
-        torch.openreg.set_stream_sanitizer(False)
+        torch.openreg.set_stream_sanitizer(was_on)
 
 
 def side_stream():
@@ -220,12 +221,21 @@ class TestSanitizerAccepts:
         assert torch.isfinite(model(data)).all().item()
 
     def test_off_by_default_and_when_disabled(self):
-        assert not torch.openreg.is_stream_sanitizer_enabled()
-        x = torch.ones(N, device="openreg")
-        side = torch.openreg.Stream()
-        with torch.openreg.stream(side):
-            y = x * 2  # racy, but not checked
-        assert torch.equal((y + 1).cpu(), torch.full((N,), 3.0))
+        r = run_python("import torch; print(torch.openreg.is_stream_sanitizer_enabled())",
+                       timeout=120, clean_openreg_env=True)
+        assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
+        was_on = torch.openreg.is_stream_sanitizer_enabled()
+        torch.openreg.synchronize()
+        torch.openreg.set_stream_sanitizer(False)
+        try:
+            x = torch.ones(N, device="openreg")
+            side = torch.openreg.Stream()
+            with torch.openreg.stream(side):
+                y = x * 2  # racy, but not checked
+            assert torch.equal((y + 1).cpu(), torch.full((N,), 3.0))
+        finally:
+            torch.openreg.synchronize()
+            torch.openreg.set_stream_sanitizer(was_on)
 
 
 def torch_openreg_error():

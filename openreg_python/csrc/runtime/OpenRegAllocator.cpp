@@ -418,12 +418,6 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
   // Give every entirely free segment back to the runtime.
   void release_cached(DeviceState& st, c10::DeviceIndex device) {
-    // Like cudaFree, which synchronises: a cached block may still have work
-    // queued on its own stream, and orFree does not wait for it.
-    {
-      DeviceScope scope(device);
-      OPENREG_CHECK(orDeviceSynchronize());
-    }
     for (Pool* pool : {&st.small_pool, &st.large_pool}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
