@@ -16,6 +16,10 @@
 
 namespace py = pybind11;
 
+namespace torch_openreg {
+void bind_sanitizer(py::module& m);  // SanitizerBindings.cpp
+}  // namespace torch_openreg
+
 namespace {
 
 using torch_openreg::check_device_index;
@@ -44,6 +48,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "OpenReg device bindings (see torch.openreg)";
   torch_openreg::install_cpu_allocator_shim();
   torch_openreg::register_structured_kernels();
+  torch_openreg::bind_sanitizer(m);
 
   m.def("_init", [] {
     torch::utils::register_fork_handler_for_device_init(at::kPrivateUse1);

@@ -29,8 +29,9 @@ import torch  # noqa: E402
 
 from . import _C  # noqa: F401  (registers the backend with c10/ATen)
 from . import openreg
+from .openreg.sanitizer import StreamRaceError  # noqa: F401
 
-__all__ = ["openreg", "ops", "profiler"]
+__all__ = ["openreg", "ops", "profiler", "StreamRaceError"]
 
 
 def _register() -> None:

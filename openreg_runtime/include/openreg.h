@@ -57,6 +57,9 @@ typedef enum orError_t {
   orErrorIllegalAddress = 700,
   orErrorLaunchFailure = 719,
   orErrorNotPermitted = 800,
+  /* The stream sanitizer found an access that races with earlier work on
+   * another stream (no CUDA equivalent; see orSanitizerSetEnabled). */
+  orErrorStreamRace = 900,
   orErrorUnknown = 999
 } orError_t;
 
@@ -157,6 +160,9 @@ OR_API orError_t orStreamGetPriority(orStream_t stream, int* priority);
 OR_API orError_t orStreamGetDevice(orStream_t stream, int* device);
 /* A process-unique id, for tracing. */
 OR_API orError_t orStreamGetId(orStream_t stream, unsigned long long* id);
+/* Name a stream for reports (like NVTX's nvtxNameCudaStream); the stream
+ * sanitizer uses it. `name` is copied. */
+OR_API orError_t orStreamSetName(orStream_t stream, const char* name);
 
 /* ---------------------------------------------------------------- events */
 enum { orEventDefault = 0x0, orEventBlockingSync = 0x1,
@@ -207,6 +213,46 @@ OR_API orError_t orLaunchSleep(orStream_t stream, unsigned long long microsecond
 OR_API orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn,
                                 void* args, const char* name,
                                 unsigned int flags);
+
+/* ---------------------------------------------------------------- sanitizer */
+/* The stream-race sanitizer (no CUDA runtime equivalent; compute-sanitizer's
+ * racecheck and PyTorch's CSAN are the nearest). While enabled, the runtime
+ * tracks happens-before between streams and the host with vector clocks:
+ * stream order, event record/wait, stream/event/device synchronisation and
+ * blocking copies. Every copy and memset declares the memory it touches
+ * itself; a kernel's accesses are declared by its launcher with
+ * orSanitizerDeclareAccess. orFree ends a range's history (as cudaFree,
+ * which synchronises the device). An access whose last conflicting access (a write,
+ * or any access for a write) was made on another stream and is not ordered
+ * before it fails with orErrorStreamRace *before the work runs*;
+ * orGetLastErrorMessage() then names both accesses, both streams and the fix.
+ * Off by default; OPENREG_STREAM_SANITIZER=1 turns it on at load. Enabling or
+ * disabling forgets all tracked history.
+ * Vendor: a real driver has no such mode; keep the glue's declarations only
+ * if your runtime (or a tool such as compute-sanitizer) can use them. */
+OR_API orError_t orSanitizerSetEnabled(int enabled);
+OR_API orError_t orSanitizerGetEnabled(int* enabled);
+/* Declare that the next kernel launched from this host thread reads
+ * (is_write == 0) or writes [ptr, ptr+bytes) of device or pinned memory;
+ * called while a kernel body runs on this thread (an orLaunchSynchronous
+ * launch), the access is that kernel's and is checked at once. `label`
+ * describes the data for reports (e.g. "float32[64, 128]"), may be NULL and is
+ * copied. Returns orErrorStreamRace only in the second case. */
+OR_API orError_t orSanitizerDeclareAccess(const void* ptr, size_t bytes,
+                                          int is_write, const char* label);
+/* The host itself reads or writes [ptr, ptr+bytes) of pinned memory (e.g.
+ * the result of an asynchronous device-to-host copy) as `op`. */
+OR_API orError_t orSanitizerHostAccess(const void* ptr, size_t bytes,
+                                       int is_write, const char* op);
+/* A caching allocator freed [ptr, ptr+bytes) for reuse: the accesses made so
+ * far stay tracked, and a later access that races with them is reported as a
+ * reuse of freed memory (the missing record_stream case). */
+OR_API orError_t orSanitizerMarkFreed(const void* ptr, size_t bytes);
+/* The caller knows the work before `event` has completed (it waited for or
+ * queried the event before reusing [ptr, ptr+bytes)): forget the accesses to
+ * that range which the event covers. NULL: forget every access to it. */
+OR_API orError_t orSanitizerRelease(const void* ptr, size_t bytes,
+                                    orEvent_t event);
 
 /* ---------------------------------------------------------------- tracing */
 /* Hook points for profilers (CUPTI's activity API plays this role for CUDA).

@@ -1,5 +1,6 @@
 // Copies and memsets (cudaMemcpy*, cudaMemset*): validated when called, run
 // in stream order, and validated again when they execute (scheduler.cpp).
+#include "sanitizer.h"
 #include "scheduler.h"
 
 #include <cstring>
@@ -107,8 +108,18 @@ orError_t orMemcpy(void* dst, const void* src, size_t count, orMemcpyKind kind) 
   // Synchronous copies are ordered on the device's default stream.
   Device* dev = get_device(device, "orMemcpy");
   if (!dev) return orPeekAtLastError();
-  return run_blocking("orMemcpy", dev->default_stream,
-                      copy_item("orMemcpy", dst, src, count, kind));
+  Stream* s = dev->default_stream;
+  // Like cudaMemcpy, it returns when the copy is done, except from pageable
+  // memory to the device: then only the stream's earlier work is.
+  const int host_sync = kind == orMemcpyHostToDevice && !is_pinned_range(src, count) ? 1 : 2;
+  uint64_t before = 0;
+  if (san::on()) {
+    before = san::epoch_of(s);
+    if (orError_t e = san::copy(s, dst, src, count, kind, "orMemcpy")) return e;
+  }
+  orError_t e = run_blocking("orMemcpy", s, copy_item("orMemcpy", dst, src, count, kind));
+  if (san::on()) san::host_after(s, host_sync, before);
+  return e;
 }
 
 orError_t orMemcpyAsync(void* dst, const void* src, size_t count,
@@ -122,10 +133,20 @@ orError_t orMemcpyAsync(void* dst, const void* src, size_t count,
   const void* host = kind == orMemcpyHostToDevice ? src
                      : kind == orMemcpyDeviceToHost ? static_cast<const void*>(dst)
                                                     : nullptr;
-  if (kind == orMemcpyHostToHost || (host && !is_pinned_range(host, count))) {
+  const bool staged = kind == orMemcpyHostToHost || (host && !is_pinned_range(host, count));
+  uint64_t before = 0;
+  if (san::on()) {
+    before = san::epoch_of(s);
+    if (orError_t e = san::copy(s, dst, src, count, kind, "orMemcpyAsync")) return e;
+  }
+  if (staged) {
     // Pageable host memory: like CUDA, the copy is staged synchronously, so
     // the host buffer may be reused as soon as the call returns.
-    return run_blocking("orMemcpyAsync", s, std::move(it));
+    orError_t e = run_blocking("orMemcpyAsync", s, std::move(it));
+    // As for CUDA: a copy to pageable memory is complete on return; one from
+    // pageable memory to the device only orders the stream's earlier work.
+    if (san::on()) san::host_after(s, kind == orMemcpyHostToDevice ? 1 : 2, before);
+    return e;
   }
   // Pinned host memory: truly asynchronous, executed by a device worker.
   // Device-to-device: may run inline when the stream is idle.
@@ -138,8 +159,13 @@ orError_t orMemset(void* devPtr, int value, size_t count) {
   if (orError_t e = check_memset("orMemset", devPtr, count, &d)) return e;
   Device* dev = get_device(d, "orMemset");
   if (!dev) return orPeekAtLastError();
-  return run_blocking("orMemset", dev->default_stream,
-                      memset_item("orMemset", devPtr, value, count));
+  Stream* s = dev->default_stream;
+  if (san::on()) {
+    if (orError_t e = san::memset(s, devPtr, count, "orMemset")) return e;
+  }
+  orError_t e = run_blocking("orMemset", s, memset_item("orMemset", devPtr, value, count));
+  if (san::on()) san::host_after(s, 2, 0);
+  return e;
 }
 
 orError_t orMemsetAsync(void* devPtr, int value, size_t count, orStream_t stream) {
@@ -147,6 +173,9 @@ orError_t orMemsetAsync(void* devPtr, int value, size_t count, orStream_t stream
   if (orError_t e = check_memset("orMemsetAsync", devPtr, count, &d)) return e;
   Stream* s = resolve_stream(stream, "orMemsetAsync");
   if (!s) return orPeekAtLastError();
+  if (san::on()) {
+    if (orError_t e = san::memset(s, devPtr, count, "orMemsetAsync")) return e;
+  }
   submit(s, memset_item("orMemsetAsync", devPtr, value, count), /*inline_ok=*/true);
   return orSuccess;
 }

@@ -1,4 +1,5 @@
 // Events: record, wait, query, synchronise and time (cudaEvent*).
+#include "sanitizer.h"
 #include "scheduler.h"
 
 namespace openreg {
@@ -63,6 +64,7 @@ orError_t orEventRecord(orEvent_t event, orStream_t stream) {
   event->state = st;
   event->recorded = true;
   event->device = s->device;
+  if (san::on()) san::event_record(st.get(), s);
   drain_markers(s);
   if (s->idle()) {
     st->time_ns = now_ns();
@@ -90,6 +92,7 @@ orError_t orEventSynchronize(orEvent_t event) {
   if (!event->recorded) return orSuccess;
   std::shared_ptr<EventState> st = event->state;
   cv_done().wait(lk, [&] { return st->completed; });
+  if (san::on()) san::host_join_event(st.get());
   // Report an asynchronous failure of the recording stream, if it is still
   // alive and has one pending.
   if (is_live_stream(st->stream)) return take_error(st->stream, "orEventSynchronize");

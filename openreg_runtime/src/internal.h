@@ -137,6 +137,8 @@ struct Stream {
   bool is_default = false;
   std::deque<Item> queue;
   bool running = false;  // an item (or a synchronous launch) is executing
+  unsigned san_slot = 0;  // the stream sanitizer's index for it (0: none yet)
+  std::string name;       // orStreamSetName; guarded by the sanitizer's mutex
   orError_t error = orSuccess;  // first asynchronous error, until reported
   std::string error_message;
 
@@ -149,6 +151,10 @@ struct EventState {
   int device = -1;
   Stream* stream = nullptr;  // only compared, never dereferenced after
                              // the stream is destroyed
+  // Stream sanitizer: the recording stream's vector clock at the record,
+  // valid for sanitizer generation san_gen (0: none). sched_mu() guards it.
+  std::vector<uint64_t> san_clock;
+  uint64_t san_gen = 0;
 };
 
 }  // namespace openreg

@@ -1,5 +1,6 @@
 // Launching device work: kernels and host functions (cudaLaunchKernel,
 // cudaLaunchHostFunc).
+#include "sanitizer.h"
 #include "scheduler.h"
 
 #include <chrono>
@@ -24,6 +25,7 @@ orError_t orLaunchHostFunc(orStream_t stream, orHostFn_t fn, void* userData) {
   it.name = "orLaunchHostFunc";
   it.hfn = fn;
   it.args = userData;
+  if (san::on()) san::launch(s);
   submit(s, std::move(it), /*inline_ok=*/false);
   return orSuccess;
 }
@@ -36,6 +38,7 @@ orError_t orLaunchSleep(orStream_t stream, unsigned long long microseconds) {
   it.name = "orLaunchSleep";
   it.hfn = sleep_host_fn;
   it.args = reinterpret_cast<void*>(uintptr_t(microseconds));
+  if (san::on()) san::launch(s);
   submit(s, std::move(it), /*inline_ok=*/false);
   return orSuccess;
 }
@@ -52,9 +55,17 @@ orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
   it.name = name ? name : "kernel";
   it.kfn = fn;
   it.args = args;
-  if (flags & orLaunchSynchronous) {
+  const bool sync = flags & orLaunchSynchronous;
+  // The sanitizer checks the accesses declared for this launch before the
+  // kernel runs: a racing kernel fails here and never runs.
+  const bool sanitize = san::on();
+  if (sanitize) {
+    if (orError_t e = san::kernel_begin(s, it.name, /*in_kernel=*/sync)) return e;
+  }
+  if (sync) {
     std::string why;
     orError_t e = run_synchronously(s, std::move(it), &why);
+    if (sanitize) san::kernel_end();
     if (e != orSuccess) return fail(e, "orLaunchKernel: %s", why.c_str());
     return orSuccess;
   }

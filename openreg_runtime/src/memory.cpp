@@ -10,6 +10,7 @@
 // it would on a discrete GPU), while kernels run on the same pages through
 // kview, with zero copies and no per-kernel mprotect calls.
 #include "internal.h"
+#include "sanitizer.h"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -320,6 +321,11 @@ orError_t orFree(void* devPtr) {
   a.used.erase(it);
   a.used_bytes -= len;
   insert_free(a, off, len);
+  // The sanitizer treats orFree as cudaFree, which synchronises the device:
+  // the range's history ends here. (orFree itself does not wait for queued
+  // work: a reuse of the range that overtakes queued work is a runtime-level
+  // hazard the sanitizer does not report.)
+  if (san::on()) san::forget(devPtr, len);
   return orSuccess;
 }
 
@@ -366,6 +372,8 @@ orError_t orFreeHost(void* ptr) {
     len = it->second;
     pinned().erase(it);
   }
+  // The pages are unmapped: a later mapping at this address is new memory.
+  if (san::on()) san::forget(ptr, len);
   munmap(ptr, len);
   return orSuccess;
 }

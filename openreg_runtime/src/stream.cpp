@@ -1,6 +1,7 @@
 // Streams: creation, destruction, queries and synchronisation
 // (cudaStream* and cudaDeviceSynchronize). The queues themselves are run by
 // scheduler.cpp.
+#include "sanitizer.h"
 #include "scheduler.h"
 
 using namespace openreg;
@@ -57,6 +58,7 @@ orError_t orStreamSynchronize(orStream_t stream) {
   if (!s) return orPeekAtLastError();
   std::unique_lock<std::mutex> lk(sched_mu());
   wait_idle_locked(lk, s);
+  if (san::on()) san::host_join_stream(s);
   return take_error(s, "orStreamSynchronize");
 }
 
@@ -67,6 +69,8 @@ orError_t orStreamWaitEvent(orStream_t stream, orEvent_t event,
   if (!s) return orPeekAtLastError();
   std::lock_guard<std::mutex> g(sched_mu());
   if (orError_t e = check_live_event(event, "orStreamWaitEvent")) return e;
+  // The sanitizer orders by the record, not by whether it has completed yet.
+  if (san::on() && event->recorded) san::stream_wait(s, event->state.get());
   // A never-recorded or already-completed event imposes no wait.
   if (!event->recorded || event->state->completed) return orSuccess;
   Item it;
@@ -101,6 +105,13 @@ orError_t orStreamGetId(orStream_t stream, unsigned long long* id) {
   return orSuccess;
 }
 
+orError_t orStreamSetName(orStream_t stream, const char* name) {
+  Stream* s = resolve_stream(stream, "orStreamSetName");
+  if (!s) return orPeekAtLastError();
+  san::set_name(s, name);
+  return orSuccess;
+}
+
 orError_t orDeviceSynchronize(void) {
   Device* dev = get_device(current_device_index(), "orDeviceSynchronize");
   if (!dev) return orPeekAtLastError();
@@ -112,6 +123,7 @@ orError_t orDeviceSynchronize(void) {
     }
     return true;
   });
+  if (san::on()) san::host_join_device(dev->index);
   // Report the first pending error; the others are cleared with it.
   orError_t first = orSuccess;
   for (Stream* s : dev->streams) {

@@ -53,7 +53,7 @@ struct Conv<const at::Tensor&> {
 template <>
 struct Conv<at::Tensor&> {  // mutated (in-place self, out=)
   using Held = at::Tensor;
-  static Held in(AliasSet& s, at::Tensor& t) { return s.alias(t); }
+  static Held in(AliasSet& s, at::Tensor& t) { return s.alias(t, /*write=*/true); }
   static at::Tensor& pass(Held& h) { return h; }
   static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
     if (*d < 0 && is_openreg(t)) *d = t.device().index();

@@ -171,7 +171,7 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (!is_openreg(t)) continue;
-      at::Tensor a = aliases.alias(t);
+      at::Tensor a = aliases.alias(t, is_write);
       if (is_write) writes.emplace_back(t, a);
       v = std::move(a);
     } else if (v.isTensorList()) {
@@ -179,7 +179,7 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
       c10::List<at::Tensor> out;
       out.reserve(in.size());
       for (const at::Tensor& t : in) {
-        at::Tensor a = aliases.alias(t);
+        at::Tensor a = aliases.alias(t, is_write);
         if (is_write && is_openreg(t)) writes.emplace_back(t, a);
         out.push_back(std::move(a));
       }

@@ -41,6 +41,9 @@ c10::DataPtr take_kv_allocation(void* kv) {
 void kv_deleter(void* kv) {
   take_kv_allocation(kv);  // the owner frees the block as it goes
 }
+
+// The device whose kernel this thread is running (KernelScope), or -1.
+thread_local int t_kernel_device = -1;
 }  // namespace
 
 c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes) {
@@ -48,6 +51,9 @@ c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes) {
     return {nullptr, nullptr, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DataPtr owner = allocateOn(device, nbytes);
+  // Inside a kernel: the kernel is about to write its new output/workspace.
+  if (C10_UNLIKELY(sanitizer_on()) && t_kernel_device >= 0)
+    sanitize_fresh_allocation(owner.get(), nbytes);
   void* kv = static_cast<char*>(owner.get()) + kernel_view_offset(device);
   {
     std::lock_guard<std::mutex> g(g_kv_mu);
@@ -75,8 +81,6 @@ c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr, c10::DeviceIndex device
 }
 
 namespace {
-
-thread_local int t_kernel_device = -1;
 
 // Allocator of the CPU alias storages: when a CPU kernel resizes an alias
 // (an out= argument of the wrong size), the new bytes come from the device.
@@ -164,8 +168,13 @@ AliasSet::StorageEntry& AliasSet::storage_alias(const c10::Storage& s) {
   return storages_.back();
 }
 
-at::Tensor AliasSet::alias(const at::Tensor& t) {
+at::Tensor AliasSet::alias(const at::Tensor& t, bool write) {
   if (!is_openreg(t)) return t;
+  if (C10_UNLIKELY(sanitizing_)) {
+    const void* p = nullptr;
+    size_t n = 0;
+    if (tensor_footprint(t, &p, &n)) accesses_.push_back({p, n, write, sanitizer_label(t)});
+  }
   TORCH_CHECK(t.device().index() == device_,
               "Expected all tensors to be on the same device, but found at "
               "least two devices, openreg:", static_cast<int>(device_), " and ",

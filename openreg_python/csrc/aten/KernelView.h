@@ -21,6 +21,7 @@
 
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegStream.h"
+#include "Sanitizer.h"
 
 namespace torch_openreg {
 
@@ -66,11 +67,20 @@ void register_structured_kernels();
 // CPU storage, so CPU overlap checks and view relationships are preserved.
 class AliasSet {
  public:
-  explicit AliasSet(c10::DeviceIndex device) : device_(device) {}
+  explicit AliasSet(c10::DeviceIndex device) : device_(device) {
+    if (C10_UNLIKELY(sanitizer_on())) enter_sanitizer();
+  }
+  ~AliasSet() {
+    if (C10_UNLIKELY(sanitizing_)) leave_sanitizer();
+  }
+  AliasSet(const AliasSet&) = delete;
+  AliasSet& operator=(const AliasSet&) = delete;
 
   // CPU alias of an openreg tensor (same sizes/strides/offset/dtype/conj/neg
-  // bits). Undefined and non-openreg tensors are returned unchanged.
-  at::Tensor alias(const at::Tensor& t);
+  // bits). Undefined and non-openreg tensors are returned unchanged. `write`:
+  // the kernel may write it (declared to the stream sanitizer; reads are the
+  // default).
+  at::Tensor alias(const at::Tensor& t, bool write = false);
 
   // After the CPU kernel ran: propagate metadata/storage changes that the
   // kernel made to an alias (resize_, as_strided_, set_) to its openreg
@@ -102,8 +112,17 @@ class AliasSet {
   StorageEntry& storage_alias(const c10::Storage& s);
   c10::Storage adopt_storage(const c10::Storage& cpu_storage);
 
+  // Stream sanitizer: while enabled, live AliasSets of a thread form a stack
+  // whose recorded accesses launch_kernel declares (Sanitizer.h).
+  void enter_sanitizer();
+  void leave_sanitizer();
+  friend void sanitize_launch();
+
   c10::DeviceIndex device_;
   bool finalized_ = false;
+  bool sanitizing_ = false;
+  AliasSet* outer_ = nullptr;
+  std::vector<SanitizerAccess> accesses_;
   c10::SmallVector<StorageEntry, 4> storages_;
   c10::SmallVector<TensorEntry, 4> tensors_;
   // CPU storages adopted as openreg storages during unwrap (result sharing).
@@ -132,6 +151,7 @@ void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn) {
     }
     return orSuccess;
   };
+  if (C10_UNLIKELY(sanitizer_on())) sanitize_launch();
   orError_t err = orLaunchKernel(currentNativeStream(device), body, &ctx, name,
                                  orLaunchSynchronous);
   if (ctx.error) {

@@ -173,7 +173,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
       OPENREG_CHECK(orStreamSynchronize(currentNativeStream(sd)));
     }
     AliasSet dst_set(dd), src_set(sd);
-    at::Tensor d = dst_set.alias(self), s = src_set.alias(src);
+    at::Tensor d = dst_set.alias(self, /*write=*/true), s = src_set.alias(src);
     launch_kernel(dd, "aten::copy_", [&] { d.copy_(s); });
     return self;
   }
@@ -200,9 +200,12 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   // Otherwise a kernel copies (and converts dtype/layout) between the host
   // tensor and the device tensor's alias.
   AliasSet set(device);
-  at::Tensor d = dst_dev ? set.alias(self) : self;
+  at::Tensor d = dst_dev ? set.alias(self, /*write=*/true) : self;
   at::Tensor s = dst_dev ? src : set.alias(src);
+  sanitize_host_operand(host, /*write=*/!dst_dev);
   launch_kernel(device, "aten::copy_", [&] { d.copy_(s); });
+  if (!dst_dev && sanitizer_on() && !(non_blocking && is_pinned_host(host)))
+    sanitize_host_waits(device);  // a blocking D2H copy returns when done
   return self;
   // [docs:copy-h2d:end]
 }
@@ -228,6 +231,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   c10::Scalar out;
   // Runs after the stream's queued work: .item() is a synchronisation point.
   launch_kernel(dev, "aten::_local_scalar_dense", [&] { out = at::_local_scalar_dense(a); });
+  sanitize_host_waits(dev);  // as CUDA's .item(): a stream synchronisation
   return out;
 }
 

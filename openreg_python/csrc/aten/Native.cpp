@@ -150,7 +150,7 @@ at::Tensor& addr_(at::Tensor& self, const at::Tensor& vec1, const at::Tensor& ve
   check_same_device("aten::addr_", {{"self", self}, {"vec1", vec1}, {"vec2", vec2}});
   auto device = self.device().index();
   AliasSet set(device);
-  at::Tensor s = set.alias(self), v1 = set.alias(vec1), v2 = set.alias(vec2);
+  at::Tensor s = set.alias(self, /*write=*/true), v1 = set.alias(vec1), v2 = set.alias(vec2);
   launch_kernel(device, "aten::addr_", [&] { at::cpu::addr_outf(s, v1, v2, beta, alpha, s); });
   set.sync_back(self, s);
   return self;

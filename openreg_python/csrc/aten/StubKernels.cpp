@@ -49,7 +49,7 @@ void addcmul_kernel(at::TensorIteratorBase& iter, const at::Scalar& value) {
   TORCH_INTERNAL_ASSERT(iter.ntensors() == 4);
   const auto device = iter.device(0).index();
   AliasSet set(device);
-  at::Tensor out = set.alias(iter.tensor(0));
+  at::Tensor out = set.alias(iter.tensor(0), /*write=*/true);
   at::Tensor self = set.alias(iter.tensor(1));
   at::Tensor t1 = set.alias(iter.tensor(2));
   at::Tensor t2 = set.alias(iter.tensor(3));

@@ -16,6 +16,7 @@
 
 #include "OpenRegFunctions.h"
 #include "OpenRegStream.h"
+#include "../aten/Sanitizer.h"
 
 #include <c10/util/flat_hash_map.h>
 
@@ -149,6 +150,9 @@ class CachingAllocator final : public c10::DeviceAllocator {
     DeviceState& st = state(block->device);
     std::lock_guard<std::mutex> g(st.mu);
     TORCH_INTERNAL_ASSERT(block->allocated, "openreg allocator: double free");
+    // Stream sanitizer: its history stays, so a reuse racing with the last
+    // users is reported as such (the missing record_stream case).
+    if (C10_UNLIKELY(sanitizer_on())) orSanitizerMarkFreed(block->ptr, block->size);
     block->allocated = false;
     st.live.erase(block);
     bool small = block->small;
@@ -393,6 +397,9 @@ class CachingAllocator final : public c10::DeviceAllocator {
       orError_t r = orEventQuery(ev);
       if (r == orErrorNotReady) break;
       if (r != orSuccess) orGetLastError();
+      // The block is reused only because this event completed: what it
+      // covers is ordered before the reuse (the record_stream contract).
+      if (C10_UNLIKELY(sanitizer_on())) orSanitizerRelease(block->ptr, block->size, ev);
       orEventDestroy(ev);
       st.events.pop_front();
       if (--block->event_count == 0) return_to_pool(st, block);

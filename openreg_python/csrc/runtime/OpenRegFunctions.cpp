@@ -11,6 +11,7 @@ namespace torch_openreg {
 void throw_runtime_error(orError_t err, const char* call) {
   orGetLastError();  // consume the runtime's sticky copy
   std::string detail = orGetLastErrorMessage();
+  if (err == orErrorStreamRace) throw_stream_race(detail);
   // Name the call when the check wraps one (not a variable holding a code);
   // the runtime's own detail names the API function either way.
   std::string where = std::strchr(call, '(') ? std::string(" in ") + call : "";

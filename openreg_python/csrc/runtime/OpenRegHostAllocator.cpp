@@ -4,6 +4,7 @@
 // async copy can keep a pinned block alive until the copy has run.
 #include "OpenRegFunctions.h"
 #include "OpenRegStream.h"
+#include "../aten/Sanitizer.h"
 
 #include <ATen/core/CachingHostAllocator.h>
 
@@ -27,6 +28,20 @@ struct HostEvent {
 
 struct OpenRegHostAllocatorImpl
     : public at::CachingHostAllocatorImpl<c10::Stream, HostEvent> {
+  using Base = at::CachingHostAllocatorImpl<c10::Stream, HostEvent>;
+
+ public:
+  std::pair<void*, void*> allocate(size_t size) override {
+    auto r = Base::allocate(size);
+    // Stream sanitizer: a block is handed out only once the events of the
+    // copies that used it have completed, so its past accesses are over.
+    if (C10_UNLIKELY(sanitizer_on()) && r.first) {
+      auto* block = static_cast<at::HostBlock<c10::Stream>*>(r.second);
+      OPENREG_CHECK(orSanitizerRelease(r.first, block->size_, nullptr));
+    }
+    return r;
+  }
+
  private:
   void allocate_host_memory(size_t size, void** ptr) override {
     OPENREG_CHECK(orMallocHost(ptr, size));

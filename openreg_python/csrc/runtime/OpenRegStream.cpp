@@ -72,6 +72,8 @@ DeviceStreams& init_table(c10::DeviceIndex device) {
   std::call_once(t.init, [&] {
     std::lock_guard<std::mutex> g(t.mu);
     add_stream_locked(t, device, 0);  // id 0: the default stream
+    const std::string name = "the default stream of openreg:" + std::to_string(device);
+    OPENREG_CHECK(orStreamSetName(t.handles[0].load(), name.c_str()));
   });
   return t;
 }

@@ -171,6 +171,7 @@ def _sleep(microseconds: int) -> None:
 from .amp import get_amp_supported_dtype, is_bf16_supported  # noqa: E402
 from . import serialization  # noqa: E402,F401  (torch.load placement, see there)
 from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream  # noqa: E402
+from .sanitizer import StreamRaceError, is_stream_sanitizer_enabled, set_stream_sanitizer  # noqa: E402
 from .memory import (  # noqa: E402
     empty_cache,
     max_memory_allocated,
@@ -205,4 +206,5 @@ __all__ = [
     "memory_stats", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
     "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
     "set_stream", "stream", "synchronize",
+    "StreamRaceError", "set_stream_sanitizer", "is_stream_sanitizer_enabled",
 ]
