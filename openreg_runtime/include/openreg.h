@@ -277,6 +277,8 @@ typedef struct orTraceRecord {
   orMemcpyKind copy_kind;  /* memcpy only */
   uint64_t launch_ns;      /* when the host thread launched it (CLOCK_MONOTONIC) */
   unsigned long long launch_thread; /* the launching host thread (Linux tid) */
+  const char* annotation;  /* from orTraceSetLaunchAnnotation, or NULL; valid
+                              during the callback only */
 } orTraceRecord;
 
 typedef void (*orTraceCallback_t)(const orTraceRecord* record, void* user);
@@ -290,6 +292,11 @@ OR_API orError_t orTraceSubscribe(orTraceSubscriber_t* subscriber,
 /* After this returns, the subscriber's callback is not running and will not
  * be called again. */
 OR_API orError_t orTraceUnsubscribe(orTraceSubscriber_t subscriber);
+/* Attach `annotation` to the next piece of work this host thread launches
+ * while someone is tracing (copied; NULL clears it). Format: one "key=value"
+ * per line, value in JSON (e.g. "Collective name=\"allreduce\"\nGroup size=2"):
+ * profilers show them as the activity's arguments, as NCCL's c10d metadata. */
+OR_API orError_t orTraceSetLaunchAnnotation(const char* annotation);
 /* Tag work launched from this host thread from now on (0: untagged). */
 OR_API orError_t orTraceSetCorrelationId(unsigned long long id);
 

@@ -118,6 +118,7 @@ struct Item {
   unsigned long long correlation = 0;
   uint64_t launch_ns = 0;                 // set while tracing
   unsigned long long launch_thread = 0;   // set while tracing
+  std::string annotation;                 // set while tracing
   orKernelFn_t kfn = nullptr;
   orHostFn_t hfn = nullptr;
   void* args = nullptr;

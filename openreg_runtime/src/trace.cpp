@@ -28,6 +28,7 @@ std::vector<orTraceSubscriber_st*>& subscribers() {
 }
 std::atomic<int> g_subscriber_count{0};
 thread_local unsigned long long t_correlation = 0;
+thread_local std::string t_annotation;  // for the next launch of this thread
 
 unsigned long long this_thread_id() {
   static thread_local unsigned long long tid =
@@ -45,7 +46,9 @@ void stamp_launch(Item& it) {
   if (tracing_enabled()) {
     it.launch_ns = now_ns();
     it.launch_thread = this_thread_id();
+    it.annotation = std::move(t_annotation);
   }
+  t_annotation.clear();
 }
 
 void trace_item(const Item& it, int device, unsigned long long stream_id,
@@ -70,6 +73,7 @@ void trace_item(const Item& it, int device, unsigned long long stream_id,
   // Work launched before the first subscriber has no launch stamp.
   r.launch_ns = it.launch_ns ? it.launch_ns : t0;
   r.launch_thread = it.launch_thread;
+  r.annotation = it.annotation.empty() ? nullptr : it.annotation.c_str();
   std::shared_lock<std::shared_mutex> g(subs_mu());
   for (orTraceSubscriber_st* s : subscribers()) s->callback(&r, s->user);
 }
@@ -103,6 +107,15 @@ orError_t orTraceUnsubscribe(orTraceSubscriber_t subscriber) {
   v.erase(it);
   g_subscriber_count.store(int(v.size()), std::memory_order_relaxed);
   delete subscriber;
+  return orSuccess;
+}
+
+orError_t orTraceSetLaunchAnnotation(const char* annotation) {
+  if (annotation && tracing_enabled()) {
+    t_annotation = annotation;
+  } else {
+    t_annotation.clear();
+  }
   return orSuccess;
 }
 

@@ -104,6 +104,7 @@ struct TraceRec {
   uint64_t t0, t1, launch;
   unsigned long long launch_thread;
   size_t bytes;
+  std::string annotation;
 };
 struct TraceRecorder {
   std::mutex mu;
@@ -115,7 +116,7 @@ struct TraceRecorder {
     std::lock_guard<std::mutex> g(t->mu);
     t->records.push_back({int(r->kind), r->name ? r->name : "", r->device, r->stream_id,
                           r->correlation_id, r->start_ns, r->end_ns, r->launch_ns,
-                          r->launch_thread, r->bytes});
+                          r->launch_thread, r->bytes, r->annotation ? r->annotation : ""});
   }
   void start() {
     if (sub) return;
@@ -150,6 +151,7 @@ struct TraceRecorder {
       d["launch_ns"] = r.launch;
       d["launch_thread"] = r.launch_thread;
       d["bytes"] = r.bytes;
+      d["annotation"] = r.annotation;
       out.append(d);
     }
     records.clear();
@@ -432,5 +434,8 @@ class OpenRegError(RuntimeError):
       .def("stop", &TraceRecorder::stop);
   m.def("trace_start", [] { default_recorder().start(); });
   m.def("trace_stop", [] { return default_recorder().stop(); });
+  m.def("set_launch_annotation", [](std::optional<std::string> a) {
+    check(orTraceSetLaunchAnnotation(a ? a->c_str() : nullptr));
+  });
   m.def("set_correlation_id", [](unsigned long long id) { check(orTraceSetCorrelationId(id)); });
 }

@@ -65,6 +65,7 @@ struct Record {
   size_t bytes;
   orMemcpyKind copy_kind;
   bool host_func;
+  std::string annotation;  // "key=value" lines (orTraceSetLaunchAnnotation)
 };
 
 const char* copy_kind_name(orMemcpyKind k) {
@@ -91,6 +92,20 @@ std::string activity_name(const Record& r) {
   if (r.type == ActivityType::GPU_MEMCPY) return std::string("Memcpy ") + copy_kind_name(r.copy_kind);
   if (r.type == ActivityType::GPU_MEMSET) return "Memset";
   return r.name;
+}
+
+// "key=value" lines -> activity arguments (values are JSON already).
+void add_annotation(libkineto::GenericTraceActivity& act, const std::string& text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    size_t eq = text.find('=', pos);
+    if (eq != std::string::npos && eq < end) {
+      act.addMetadata(text.substr(pos, eq - pos), text.substr(eq + 1, end - eq - 1));
+    }
+    pos = end + 1;
+  }
 }
 
 class Session;
@@ -174,6 +189,7 @@ class Session final : public libkineto::IActivityProfilerSession {
       } else if (r.host_func) {
         act.addMetadataQuoted("kind", "host function");
       }
+      add_annotation(act, r.annotation);
       if (corr && r.type != ActivityType::GPU_USER_ANNOTATION) {
         act.flow.id = static_cast<uint32_t>(corr);
         act.flow.type = libkineto::kLinkAsyncCpuGpu;
@@ -243,7 +259,7 @@ class Session final : public libkineto::IActivityProfilerSession {
     std::lock_guard<std::mutex> g(mu_);
     records_.push_back(Record{ActivityType::GPU_USER_ANNOTATION, open.name, open.device,
                               open.stream, 0, open.start_ns, end_ns, open.start_ns, 0, 0,
-                              orMemcpyDefault, false});
+                              orMemcpyDefault, false, {}});
   }
 
  private:
@@ -259,7 +275,8 @@ class Session final : public libkineto::IActivityProfilerSession {
     s->records_.push_back(Record{type, r->name ? r->name : "", r->device, r->stream_id,
                                  r->correlation_id, int64_t(r->start_ns), int64_t(r->end_ns),
                                  int64_t(r->launch_ns), r->launch_thread, r->bytes,
-                                 r->copy_kind, r->kind == orTraceHostFunc});
+                                 r->copy_kind, r->kind == orTraceHostFunc,
+                                 r->annotation ? r->annotation : ""});
   }
 
   void unsubscribe() {

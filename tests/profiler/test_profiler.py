@@ -304,3 +304,22 @@ class TestMemoryProfiling:
             times, sizes = json.load(f)
         assert len(times) == len(sizes) > 0
         assert max(max(row) for row in sizes) > 0
+
+
+@pytest.mark.profiler
+class TestLaunchAnnotations:
+    def test_annotation_becomes_activity_arguments(self, tmp_path):
+        from torch_openreg import _runtime as rt
+
+        with profile(activities=ACTIVITIES) as prof:
+            p = rt.malloc(4096)
+            rt.set_launch_annotation('Collective name="allreduce"\nIn msg nelems=1024\n'
+                                     'dtype="Float"\nGroup size=2')
+            rt.memset(p, 0, 4096)
+            rt.free(p)
+        trace = chrome_trace(prof, tmp_path)
+        (memset,) = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_memset"]
+        assert memset["args"]["Collective name"] == "allreduce"
+        assert memset["args"]["In msg nelems"] == 1024
+        assert memset["args"]["dtype"] == "Float"
+        assert memset["args"]["Group size"] == 2

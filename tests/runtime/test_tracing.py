@@ -120,3 +120,22 @@ class TestTraceSubscribers:
             rt.free(p)
         assert len(r.stop()) == 1
         assert r.stop() == []
+
+
+@pytest.mark.runtime
+class TestLaunchAnnotations:
+    def test_annotation_goes_to_the_next_launch_only(self):
+        rec = rt.TraceRecorder()
+        p = rt.malloc(4096)
+        try:
+            rt.set_launch_annotation('Collective name="test"\nGroup size=2')  # not tracing: dropped
+            rec.start()
+            rt.memset(p, 0, 512)
+            rt.set_launch_annotation('Collective name="test"\nGroup size=2')
+            rt.memset(p, 1, 1024)
+            rt.memset(p, 2, 2048)
+            records = rec.stop()
+        finally:
+            rt.free(p)
+        assert [(r["bytes"], r["annotation"]) for r in records] == [
+            (512, ""), (1024, 'Collective name="test"\nGroup size=2'), (2048, "")]
