@@ -18,26 +18,14 @@ import subprocess
 import sys
 import time
 
+from _timing import bench  # benchmarks/ is on sys.path when run as a script
+
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 
 TARGETS = {  # (strict on, strict off) targets from the issue
     "tiny": (3.0, 2.0),
     "large": (1.15, 1.05),
 }
-
-
-def bench(fn, sync, inner: int, repeats: int) -> float:
-    """Median seconds per call of fn over `repeats` timed loops of `inner` calls."""
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        sync()
-        times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
 
 
 def cases(torch):

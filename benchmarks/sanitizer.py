@@ -17,18 +17,7 @@ import statistics
 import sys
 import time
 
-
-def bench(fn, inner: int, repeats: int, sync) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        sync()
-        times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
+from _timing import bench  # benchmarks/ is on sys.path when run as a script
 
 
 def workloads(torch):
@@ -82,9 +71,9 @@ def main() -> int:
         off_t, on_t, ratios = [], [], []
         for _ in range(rounds):
             torch.openreg.set_stream_sanitizer(False)
-            off = bench(step, inner, repeats, sync)
+            off = bench(step, sync, inner, repeats)
             torch.openreg.set_stream_sanitizer(True)
-            on = bench(step, inner, repeats, sync)
+            on = bench(step, sync, inner, repeats)
             torch.openreg.set_stream_sanitizer(False)
             off_t.append(off)
             on_t.append(on)
