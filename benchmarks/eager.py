@@ -16,7 +16,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 from _timing import bench  # benchmarks/ is on sys.path when run as a script
 

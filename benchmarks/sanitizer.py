@@ -15,7 +15,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 from _timing import bench  # benchmarks/ is on sys.path when run as a script
 
