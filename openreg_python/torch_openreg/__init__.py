@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from . import _C  # noqa: F401  (registers the backend with c10/ATen)
 from . import openreg
 
-__all__ = ["openreg", "ops"]
+__all__ = ["inductor", "openreg", "ops"]
 
 
 def _register() -> None:
@@ -51,6 +51,13 @@ _register()
 # are registered by libtorch_openreg. After _register(): "openreg" must parse
 # as a device type for register_kernel("openreg").
 from . import ops  # noqa: E402
+
+# torch.compile: registers the Dynamo device interface and the Inductor
+# backend lazily, when PyTorch first needs them (importing torch_openreg
+# must not import torch._dynamo or torch._inductor; see docs/compile.md).
+from . import inductor  # noqa: E402
+
+inductor.install_lazy_registration()
 
 
 def _let_autograd_workers_finish() -> None:

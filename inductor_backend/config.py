@@ -1,0 +1,27 @@
+"""Inductor settings for openreg graphs: the per-device config module
+registered with ``register_backend_for_device(..., device_custom_config=...)``.
+
+Inductor 2.13 puts this module into every FX-graph cache key (so changing a
+value here recompiles), but its scheduler reads only the global
+``torch._inductor.config``. The openreg wrapper codegen therefore applies
+these values (a thread-local ``config.patch``) while Inductor builds and fuses
+the scheduler nodes of an openreg graph (``scheduling_config_scope`` in
+wrapper.py; docs/compile.md, "What PyTorch would need to change").
+"""
+
+import sys
+
+# [docs:device-config]
+# Inductor re-indexes a pointwise node into a reduction's (numel, rnumel)
+# split so that they fuse, which assumes SIMD (Triton-style) kernel groups.
+# It skips this for the device type "cpu" by name (scheduler.py, is_cpu()),
+# but openreg's kernels come from the same CPU C++ generator, whose groups
+# are (sizes, reduction sizes) tuples: any graph with a reduction next to a
+# pointwise op (LayerNorm, softmax, every backward) fails with
+# "TypeError: can't multiply sequence by non-int of type 'tuple'".
+loop_reindexing_after_fusion: bool = False
+# [docs:device-config:end]
+
+from torch.utils._config_module import install_config_module  # noqa: E402
+
+install_config_module(sys.modules[__name__])
