@@ -4,8 +4,8 @@ registered with ``register_backend_for_device(..., device_custom_config=...)``.
 Inductor 2.13 puts this module into every FX-graph cache key (so changing a
 value here recompiles), but its scheduler reads only the global
 ``torch._inductor.config``. The openreg wrapper codegen therefore applies
-these values (a thread-local ``config.patch``) while Inductor builds and fuses
-the scheduler nodes of an openreg graph (``scheduling_config_scope`` in
+these values (a thread-local ``config.patch``) while Inductor schedules and
+generates the code of an openreg graph (``scheduling_config_scope`` in
 wrapper.py; docs/compile.md, "What PyTorch would need to change").
 """
 
@@ -20,6 +20,13 @@ import sys
 # pointwise op (LayerNorm, softmax, every backward) fails with
 # "TypeError: can't multiply sequence by non-int of type 'tuple'".
 loop_reindexing_after_fusion: bool = False
+
+# Inductor's kernel code generators ask get_current_backend() which language
+# they emit; for a device type it does not know by name it answers
+# config.cuda_backend ("triton"), so dtype propagation and upcasting would
+# follow Triton's rules inside C++ kernels (bf16 autocast graphs fail with
+# "KeyError: None" in the C++ code generator). openreg kernels are C++.
+cuda_backend: str = "cpp"
 # [docs:device-config:end]
 
 from torch.utils._config_module import install_config_module  # noqa: E402

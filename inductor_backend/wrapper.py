@@ -32,10 +32,10 @@ def enter_scheduling_config() -> None:
     """Applies openreg's per-device config (config.py) to Inductor's global
     config, thread-locally, from the moment the wrapper for an openreg graph
     is created (GraphLowering.init_wrapper_code, just before the Scheduler is
-    built and fuses nodes) until the Scheduler is done
-    (``push_codegened_graph``). A compile that fails in between leaves the
-    values applied on this thread until the next openreg graph; they only
-    switch off a fusion for non-CPU devices."""
+    built and fuses nodes) until the wrapper code has been generated
+    (``generate``): scheduling and kernel code generation see the values,
+    graphs of other devices do not. A compile that fails in between leaves
+    them applied on this thread until the next openreg graph is generated."""
     exit_scheduling_config()
     stack = contextlib.ExitStack()
     stack.enter_context(inductor_config.patch(openreg_config.get_config_copy()))
@@ -67,10 +67,6 @@ class _OpenRegPythonMixin:
         super()._generate_kernel_call_helper(kernel_name, call_args, device=device,
                                              triton=triton, **kwargs)
 
-    def push_codegened_graph(self, graph):
-        exit_scheduling_config()  # the Scheduler of this graph has been built
-        super().push_codegened_graph(graph)
-
     def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None,
                         is_pinned=False):
         if device.type != "openreg":
@@ -91,6 +87,12 @@ class _OpenRegPythonMixin:
 
 
 class OpenRegPythonWrapperCodegen(_OpenRegPythonMixin, PythonWrapperCodegen):
+    def generate(self, is_inference):
+        try:
+            return super().generate(is_inference)
+        finally:
+            exit_scheduling_config()
+
     @staticmethod
     def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
         if is_subgraph:
