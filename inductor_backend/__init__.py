@@ -5,7 +5,7 @@ docs/building.md). Importing this package imports neither ``torch._dynamo``
 nor ``torch._inductor``; the registrations happen lazily, the first time
 PyTorch needs them (docs/compile.md explains each hook):
 
-* Dynamo's device interface: when ``torch._dynamo.device_interface`` has been
+* Dynamo's device interface: when ``torch._dynamo`` has been
   imported (``register_dynamo``), through the import hook that
   ``install_lazy_registration`` puts on ``sys.meta_path``;
 * Inductor's backend: when Inductor asks the device module for it
@@ -43,6 +43,10 @@ def register_dynamo() -> None:
         register_interface_for_device("openreg", OpenRegInterface)
         for i in range(torch.openreg.device_count()):
             register_interface_for_device(f"openreg:{i}", OpenRegInterface)
+        # Dynamo handles a device's stream functions only if they are "torch
+        # in-graph functions"; torch.cuda's are listed by name in
+        # trace_rules.py, a PrivateUse1 module's must be declared.
+        torch._dynamo.allow_in_graph([torch.openreg.stream, torch.openreg.current_stream])
         _dynamo_registered = True
 # [docs:register-dynamo:end]
 
@@ -99,7 +103,7 @@ INDUCTOR_ATTRS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "Wr
 class _RunAfterImport(importlib.abc.MetaPathFinder):
     """Runs a callback right after a named module has been executed.
 
-    Used for ``torch._dynamo.device_interface``: Dynamo's device registry has no
+    Used for ``torch._dynamo``: Dynamo's device registry has no
     PrivateUse1 hook in 2.13 (docs/compile.md, "What PyTorch would need to
     change"). The finder only wraps the module's own loader; it changes nothing
     in torch.
@@ -135,9 +139,9 @@ class _RunAfterImport(importlib.abc.MetaPathFinder):
 def install_lazy_registration() -> None:
     """Called by ``import torch_openreg``: arranges for ``register_dynamo`` to
     run as soon as Dynamo's device registry exists (at once if it already does)."""
-    if "torch._dynamo.device_interface" in sys.modules:
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None and hasattr(dynamo, "allow_in_graph"):  # fully imported
         register_dynamo()
         return
     if not any(isinstance(f, _RunAfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(
-            0, _RunAfterImport({"torch._dynamo.device_interface": lambda m: register_dynamo()}))
+        sys.meta_path.insert(0, _RunAfterImport({"torch._dynamo": lambda m: register_dynamo()}))

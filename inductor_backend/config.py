@@ -29,6 +29,17 @@ loop_reindexing_after_fusion: bool = False
 cuda_backend: str = "cpp"
 # [docs:device-config:end]
 
+# Inductor's FX graph cache key covers torch and its config, not this
+# package's code generators: the hash of our sources goes into the key through
+# this value, so a changed backend never reuses stale compiled graphs.
+backend_source_hash: str = ""
+
+import hashlib  # noqa: E402
+import pathlib  # noqa: E402
+
 from torch.utils._config_module import install_config_module  # noqa: E402
+
+backend_source_hash = hashlib.sha256(b"".join(
+    p.read_bytes() for p in sorted(pathlib.Path(__file__).parent.glob("*.py")))).hexdigest()[:16]
 
 install_config_module(sys.modules[__name__])

@@ -67,6 +67,30 @@ class _OpenRegPythonMixin:
         super()._generate_kernel_call_helper(kernel_name, call_args, device=device,
                                              triton=triton, **kwargs)
 
+    def codegen_cuda_stream_enter(self, stream_idx: int):
+        # Inductor declares the user's streams (stream1 = ...) when it enters a
+        # device guard, which it does only for GPU device types by name
+        # (utils.device_need_guard); openreg declares them before the first
+        # stream switch instead.
+        if not getattr(self, "_openreg_streams_declared", False):
+            self._openreg_streams_declared = True
+            self.declare_user_streams()
+        return super().codegen_cuda_stream_enter(stream_idx)
+
+    def declare_user_streams(self) -> None:
+        from torch._inductor.stream_constants import DEFAULT_STREAM, STREAM_NAME_TEMPLATE
+        from torch._inductor.virtualized import V
+
+        import_line = ("from torch._dynamo.graph_bytecode_inputs import "
+                       "get_external_object_by_index")
+        if not self.imports.contains(import_line):
+            self.imports.writeline(import_line)
+        self.writeline(f"{DEFAULT_STREAM} = torch.openreg.current_stream()")
+        for idx, obj in sorted(V.graph.scheduler.stream_idx_to_user_obj_idx.items()):
+            if idx:
+                self.writeline(f"{STREAM_NAME_TEMPLATE.format(stream_idx=idx)} = "
+                               f"get_external_object_by_index({obj})")
+
     def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None,
                         is_pinned=False):
         if device.type != "openreg":
@@ -111,5 +135,22 @@ class OpenRegSubgraphWrapperCodegen(_OpenRegPythonMixin, SubgraphPythonWrapperCo
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu  # noqa: E402
 
 
+class UnsupportedConfigError(RuntimeError):
+    """A torch.compile configuration the openreg backend does not support."""
+
+
+# [docs:cpp-wrapper]
 class OpenRegCppWrapperCodegen(CppWrapperCpu):
-    pass
+    """``cpp_wrapper=True`` on openreg: not supported yet. Inductor 2.13's C++
+    wrapper maps device types to ATen through a fixed table (cpp_utils.
+    DEVICE_TO_ATEN: cpu, cuda, xpu, mps, mtia) and allocates through AOTI shims
+    per device type; openreg would need a CppWrapperCpu subclass that emits
+    privateuse1 allocations and launches kernels through openreg_inductor.h."""
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        exit_scheduling_config()
+        raise UnsupportedConfigError(
+            "torch.compile on openreg: cpp_wrapper=True is not supported; "
+            "use the default Python wrapper (cpp_wrapper=False)")
+# [docs:cpp-wrapper:end]
