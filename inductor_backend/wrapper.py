@@ -38,7 +38,9 @@ def enter_scheduling_config() -> None:
     them applied on this thread until the next openreg graph is generated."""
     exit_scheduling_config()
     stack = contextlib.ExitStack()
-    stack.enter_context(inductor_config.patch(openreg_config.get_config_copy()))
+    values = openreg_config.get_config_copy()
+    values.pop("backend_source_hash")  # a cache-key entry, not an Inductor setting
+    stack.enter_context(inductor_config.patch(values))
     _scope.stack = stack
 
 
