@@ -1,6 +1,7 @@
 """``torch.compile(backend="openreg")``: a debugging backend.
 
-It checks that every input of the captured graph is on openreg (or the CPU),
+It checks that every value of the captured graph (its FakeTensors) is on
+openreg or the CPU,
 then runs the graph through AOTAutograd with eager kernels, without Inductor.
 When ``torch.compile(model)`` fails or disagrees with eager, this backend
 tells whether Dynamo/AOTAutograd (fails here too) or Inductor (works here) is
@@ -23,11 +24,13 @@ def openreg_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import FakeTensor
 
-    for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.Tensor) and x.device.type not in ("openreg", "cpu"):
-            kind = "FakeTensor" if isinstance(x, FakeTensor) else "tensor"
-            raise UnsupportedDeviceError(
-                f"backend 'openreg': graph input {i} is a {kind} on {x.device}; "
-                "only openreg and cpu tensors are supported")
+    # Every value Dynamo traced carries a FakeTensor with its device.
+    for node in gm.graph.nodes:
+        values = torch.utils._pytree.tree_leaves(node.meta.get("example_value"))
+        for v in values:
+            if isinstance(v, FakeTensor) and v.device.type not in ("openreg", "cpu"):
+                raise UnsupportedDeviceError(
+                    f"backend 'openreg': {node.op} {node.name!r} is a FakeTensor on "
+                    f"{v.device}; only openreg and cpu tensors are supported")
     return aot_autograd(fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g)(gm, example_inputs)
 # [docs:debug-backend:end]
