@@ -6,9 +6,11 @@ from torch._inductor.utils import run_and_get_code
 
 
 def compile_and_run(fn, *args, **compile_kwargs):
-    """(result, generated wrapper sources, frame counter) of torch.compile(fn)(*args)."""
-    counter = CompileCounterWithBackend("inductor")
-    compiled = torch.compile(fn, backend=counter, **compile_kwargs)
+    """(result, generated wrapper sources, frame counter) of torch.compile(fn)(*args).
+
+    With ``mode=`` (which only the default backend takes) the counter is None."""
+    counter = None if "mode" in compile_kwargs else CompileCounterWithBackend("inductor")
+    compiled = torch.compile(fn, backend=counter or "inductor", **compile_kwargs)
     result, codes = run_and_get_code(compiled, *args)
     return result, codes, counter
 
