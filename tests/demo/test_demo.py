@@ -22,4 +22,5 @@ class TestDemo:
         assert "out of memory is real" in out
         assert "right after queuing: stream idle? False" in out
         assert "copy result correct: True" in out
+        assert "-> COMPILED MATCH" in out
         assert "SUCCESS" in out
