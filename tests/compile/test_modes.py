@@ -88,6 +88,7 @@ class TestModes:
         assert isinstance(info.value.inner_exception, UnsupportedConfigError)
         assert "cpp_wrapper=True is not supported" in str(info.value)
 
+    @pytest.mark.slow
     def test_fx_graph_cache_hit_in_a_second_process(self, tmp_path):
         code = (
             "import torch\n"
@@ -105,6 +106,7 @@ class TestModes:
         assert second.returncode == 0, second.stderr
         assert "hits 1 misses 0" in second.stdout, second.stdout
 
+    @pytest.mark.slow
     def test_compile_worker_processes_build_the_kernels(self, tmp_path):
         # Parallel compilation: kernels are built in Inductor's subprocess pool
         # (the Worker serves device properties cached before the pool starts).
