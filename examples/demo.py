@@ -181,6 +181,20 @@ def collective_facts() -> bool:
     print(f"  1 + 2 on every element: {'correct' if ok else 'WRONG'}")
     return ok
 
+def compiled_model() -> bool:
+    # torch.compile: Inductor generates C++ kernels that run as openreg device work.
+    banner("torch.compile on openreg")
+    model = make_model().eval().to("openreg")
+    x = torch.randn(32, 1, 16, 16, device="openreg")
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = torch.compile(model)(x)
+        ref = model(x)
+    diff = (out - ref).abs().max().item()
+    print(f"  compiled in {time.perf_counter() - t0:.1f}s; max |compiled - eager| = {diff:.1e} "
+          f"-> {'COMPILED MATCH' if diff <= 1e-4 else 'COMPILED MISMATCH'}")
+    return diff <= 1e-4
+
 
 def main() -> int:
     t0 = time.perf_counter()
@@ -189,8 +203,8 @@ def main() -> int:
     memory_facts()
     stream_facts()
     profile_summary()
-
     ok = collective_facts() and ok
+    ok = compiled_model() and ok
     banner("done")
     print(f"  {'SUCCESS' if ok else 'FAILURE'} in {time.perf_counter() - t0:.1f}s")
     return 0 if ok else 1

@@ -31,7 +31,7 @@ from . import _C  # noqa: F401  (registers the backend with c10/ATen)
 from . import openreg
 from .openreg.sanitizer import StreamRaceError  # noqa: F401
 
-__all__ = ["openreg", "ops", "profiler", "StreamRaceError"]
+__all__ = ["inductor", "openreg", "ops", "profiler", "StreamRaceError"]
 
 
 def _register() -> None:
@@ -57,6 +57,13 @@ _register()
 # as a device type for register_kernel("openreg").
 from . import ops  # noqa: E402
 from . import distributed  # noqa: E402,F401  (registers the "occl" c10d backend)
+
+# torch.compile: registers the Dynamo device interface and the Inductor
+# backend lazily, when PyTorch first needs them (importing torch_openreg
+# must not import torch._dynamo or torch._inductor; see docs/compile.md).
+from . import inductor  # noqa: E402
+
+inductor.install_lazy_registration()
 
 
 def _let_autograd_workers_finish() -> None:

@@ -23,4 +23,5 @@ class TestDemo:
         assert "right after queuing: stream idle? False" in out
         assert "copy result correct: True" in out
         assert "1 + 2 on every element: correct" in out
+        assert "-> COMPILED MATCH" in out
         assert "SUCCESS" in out

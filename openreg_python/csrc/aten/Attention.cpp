@@ -421,7 +421,9 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
       auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
                                                                      mask, sc);
       r.out = with_layout_of(o, q, q.scalar_type());
-      r.lse = lse.to(at::kFloat);
+      // Contiguous (B, H, L), as the op's meta function declares: the CPU
+      // kernel returns it transposed, and compiled graphs check the strides.
+      r.lse = lse.to(at::kFloat).contiguous();
     });
     return {set.unwrap(r.out), set.unwrap(r.lse), at::Tensor(), at::Tensor(),
             c10::SymInt(s.L), c10::SymInt(s.S), philox_seed, philox_offset, at::Tensor()};

@@ -195,6 +195,19 @@ from .random import (  # noqa: E402
     set_rng_state_all,
 )
 
+
+
+def __getattr__(name: str) -> Any:
+    # Inductor looks its PrivateUse1 backend up on the device module
+    # (torch.openreg.Scheduling, .PythonWrapperCodegen, .CppWrapperCodegen,
+    # .WrapperFxCodegen); answering loads torch_openreg.inductor only then.
+    from ..inductor import INDUCTOR_ATTRS, inductor_attr
+
+    if name in INDUCTOR_ATTRS:
+        return inductor_attr(name)
+    raise AttributeError(f"module 'torch.openreg' has no attribute {name!r}")
+
+
 __all__ = [
     "Event", "Stream", "StreamContext", "current_device", "current_stream",
     "default_stream", "device", "device_count", "device_of", "empty_cache",

@@ -1,0 +1,78 @@
+// libopenreg_inductor.so: the launch path of compiled kernels (see
+// openreg_inductor.h). Light includes only (c10 + the runtime): no ATen.
+#include "openreg_inductor.h"
+
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+#include "runtime/OpenRegFunctions.h"
+#include "runtime/OpenRegStream.h"
+
+namespace {
+
+struct Ctx {
+  orInductorKernelFn fn;
+  void* arg;
+  std::string error;  // a C++ exception thrown by the kernel body
+};
+
+// [docs:launch-compiled]
+orError_t run_body(void* p) {
+  auto* c = static_cast<Ctx*>(p);
+  try {
+    c->fn(c->arg);
+  } catch (const std::exception& e) {
+    c->error = e.what();
+    return orErrorLaunchFailure;
+  } catch (...) {
+    c->error = "unknown C++ exception";
+    return orErrorLaunchFailure;
+  }
+  return orSuccess;
+}
+
+}  // namespace
+
+extern "C" int orInductorLaunch(int device, const char* name, orInductorKernelFn fn,
+                                void* arg, char* err, size_t errlen) {
+  Ctx ctx{fn, arg, {}};
+  orError_t rc = orSuccess;
+  try {
+    // Synchronous launch: the simulated device runs host code, on this
+    // thread, after the stream's earlier work (as the eager kernels do).
+    rc = orLaunchKernel(torch_openreg::currentNativeStream(device), run_body, &ctx,
+                        name, orLaunchSynchronous);
+  } catch (const std::exception& e) {  // e.g. an invalid device index
+    ctx.error = e.what();
+    rc = orErrorInvalidValue;
+  }
+  if (rc == orSuccess) return 0;
+  if (ctx.error.empty()) ctx.error = orGetErrorString(rc);
+  orGetLastError();  // reported here, not again at the next call
+  std::snprintf(err, errlen, "openreg:%d: compiled kernel %s failed: %s", device, name,
+                ctx.error.c_str());
+  return 1;
+}
+// [docs:launch-compiled:end]
+
+extern "C" const char* orInductorInternName(const char* name) {
+  static std::mutex mu;
+  static auto* names = new std::unordered_set<std::string>();  // never freed
+  std::lock_guard<std::mutex> g(mu);
+  return names->emplace(name).first->c_str();
+}
+
+extern "C" intptr_t orInductorKernelViewOffset(int device) {
+  try {
+    return torch_openreg::kernel_view_offset(static_cast<c10::DeviceIndex>(device));
+  } catch (...) {
+    return 0;
+  }
+}
+
+extern "C" void* orInductorCurrentStream(int device) {
+  return torch_openreg::currentNativeStream(static_cast<c10::DeviceIndex>(device));
+}

@@ -1,0 +1,84 @@
+"""Compiled kernels are device work on the current stream: ordered with eager
+work, visible in the runtime trace, and stream code inside compiled functions
+works."""
+
+import pytest
+import torch._dynamo.testing
+import torch
+
+from torch_openreg.testing import recorded_kernels
+
+
+@pytest.mark.compile
+class TestStreamOrder:
+    def test_compiled_kernel_waits_for_earlier_work_on_its_stream(self):
+        f = torch.compile(lambda t: t * 2 + 1)
+        dev = torch.zeros(1 << 16, device="openreg")
+        f(dev)  # compile first
+        host = torch.full((1 << 16,), 3.0).pin_memory()
+        torch.openreg._sleep(30_000)              # the stream is busy for 30 ms...
+        dev.copy_(host, non_blocking=True)        # ...then an asynchronous H2D copy
+        out = f(dev)                              # must run after both
+        assert torch.equal(out.cpu(), torch.full((1 << 16,), 7.0))
+
+    def test_compiled_kernels_run_on_the_current_stream(self):
+        f = torch.compile(lambda t: t.sin() * 2)
+        x = torch.randn(64, device="openreg")
+        f(x)
+        side = torch.openreg.Stream()
+        side.wait_stream(torch.openreg.current_stream())
+        with torch.openreg.stream(side):
+            torch.openreg._sleep(30_000)
+            y = f(x)
+        torch.openreg.current_stream().wait_stream(side)
+        torch.testing.assert_close(y.cpu(), x.cpu().sin() * 2)
+
+
+@pytest.mark.compile
+class TestStreamsInCompiledCode:
+    def test_stream_context_and_waits_compile_without_graph_break(self):
+        def fn(x, s):
+            y = x + 1
+            # torch.accelerator.current_stream() is the form Dynamo turns
+            # into a stream object it can order against (docs/compile.md).
+            s.wait_stream(torch.accelerator.current_stream())
+            with torch.openreg.stream(s):
+                z = y * 2
+            torch.accelerator.current_stream().wait_stream(s)
+            return z - 1
+
+        counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+        f = torch.compile(fn, backend=counter, fullgraph=True)
+        x, s = torch.randn(100, device="openreg"), torch.openreg.Stream()
+        torch.testing.assert_close(f(x, s).cpu(), (x.cpu() + 1) * 2 - 1)
+        assert counter.frame_count == 1
+
+    def test_current_stream_inside_compiled_code(self):
+        f = torch.compile(lambda t: (t * 3, torch.openreg.current_stream()), fullgraph=True)
+        x = torch.randn(8, device="openreg")
+        y, s = f(x)
+        assert s == torch.openreg.current_stream()
+        torch.testing.assert_close(y.cpu(), x.cpu() * 3)
+
+    def test_creating_streams_inside_compiled_code_is_a_graph_break(self):
+        # Known limitation (docs/compile.md): torch.openreg.Stream() runs
+        # Python that Dynamo cannot trace; pass streams in instead.
+        def fn(x):
+            s = torch.openreg.Stream()
+            with torch.openreg.stream(s):
+                return x * 2
+
+        with pytest.raises(torch._dynamo.exc.Unsupported, match="marked as skipped"):
+            torch.compile(fn, fullgraph=True)(torch.ones(2, device="openreg"))
+
+
+@pytest.mark.compile
+class TestTrace:
+    def test_kernels_are_named_device_work_in_the_runtime_trace(self):
+        f = torch.compile(lambda a, b: (a @ b).relu().sum(1))
+        a, b = torch.randn(16, 16, device="openreg"), torch.randn(16, 16, device="openreg")
+        f(a, b)
+        with recorded_kernels() as names:
+            f(a, b)
+        fused = [n for n in names if n.startswith("cpp_fused")]
+        assert fused and any("mm" in n for n in names), names
