@@ -194,6 +194,9 @@ class TestMemoryHistory:
         assert [e["size"] for e in trace] == [3000, 4000, 5000]
         history(stacks="python", max_entries=2)  # shrinking keeps the newest, in order
         assert [e["size"] for e in torch.openreg.memory._snapshot()["device_traces"][0]] == [4000, 5000]
+        history(stacks="python", max_entries=3)  # growing again keeps the order
+        xs.append(allocate_in_named_function(6000))
+        assert [e["size"] for e in torch.openreg.memory._snapshot()["device_traces"][0]] == [4000, 5000, 6000]
         del xs
 
     def test_awaiting_free_after_record_stream(self, history):

@@ -477,13 +477,13 @@ class CachingAllocator final : public c10::DeviceAllocator {
       std::lock_guard<std::mutex> g(st.mu);
       if (clear || !enabled) {
         st.trace.clear();
-        st.trace_next = 0;
-      } else if (st.trace.size() > max_entries) {
-        // Keep the newest max_entries, oldest first.
+      } else {
+        // Oldest first (so the buffer can grow again), the newest max_entries.
         std::rotate(st.trace.begin(), st.trace.begin() + st.trace_next, st.trace.end());
-        st.trace.erase(st.trace.begin(), st.trace.end() - max_entries);
-        st.trace_next = 0;
+        if (st.trace.size() > max_entries)
+          st.trace.erase(st.trace.begin(), st.trace.end() - max_entries);
       }
+      st.trace_next = 0;
     }
     g_history.on = enabled;
   }
