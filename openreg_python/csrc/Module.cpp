@@ -9,12 +9,21 @@
 #include "runtime/OpenRegStream.h"
 
 #include <ATen/Context.h>
+#include <ATen/core/CachingHostAllocator.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
 namespace py = pybind11;
+
+namespace torch {
+// From <torch/csrc/profiler/python/combined_traceback.h> (libtorch_python),
+// declared here because that header includes nlohmann/json, which the wheel
+// does not ship: symbolized tracebacks as lists of {filename, line, name}.
+std::vector<pybind11::object> py_symbolize(std::vector<CapturedTraceback*>& to_symbolize);
+}  // namespace torch
 
 namespace torch_openreg {
 void bind_sanitizer(py::module& m);  // SanitizerBindings.cpp
@@ -40,6 +49,155 @@ c10::Stream unpack_stream(int64_t id, int64_t device_index) {
                      c10::Device(c10::DeviceType::PrivateUse1,
                                  static_cast<c10::DeviceIndex>(device_index)),
                      static_cast<c10::StreamId>(id));
+}
+
+// ------------------------------------------------------ memory debugging
+// Stack traces for the allocator's history: PyTorch's own CapturedTraceback,
+// as CUDA's _record_memory_history uses (Python and TorchScript frames, plus
+// C++ frames for stacks="all"). The allocator calls these outside its locks.
+std::shared_ptr<c10::GatheredContext> gather_python() {
+  return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/true, /*cpp=*/false);
+}
+std::shared_ptr<c10::GatheredContext> gather_all() {
+  return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/true, /*cpp=*/true);
+}
+
+void record_memory_history(std::optional<std::string> enabled,
+                           std::optional<std::string> context,
+                           const std::string& stacks, size_t max_entries,
+                           bool clear_history) {
+  using torch_openreg::RecordContext;
+  TORCH_CHECK(!enabled || *enabled == "state" || *enabled == "all",
+              "_record_memory_history: expected enabled to be None, 'state' or 'all', got '",
+              *enabled, "'");
+  TORCH_CHECK(!context || *context == "state" || *context == "alloc" || *context == "all",
+              "_record_memory_history: expected context to be None, 'state', 'alloc' or "
+              "'all', got '", *context, "'");
+  TORCH_CHECK(stacks == "python" || stacks == "all",
+              "_record_memory_history: expected stacks to be 'python' or 'all', got '",
+              stacks, "'");
+  RecordContext when = !context                ? RecordContext::NEVER
+                       : *context == "state"   ? RecordContext::STATE
+                       : *context == "alloc"   ? RecordContext::ALLOC
+                                               : RecordContext::ALL;
+  torch_openreg::ContextRecorder recorder = nullptr;
+  if (enabled && context) recorder = stacks == "all" ? &gather_all : &gather_python;
+  torch_openreg::recordMemoryHistory(enabled.has_value(), enabled && *enabled == "all",
+                                     recorder, when, max_entries, clear_history);
+}
+
+// The snapshot as torch.cuda.memory._snapshot() lays it out, so that
+// torch/cuda/_memory_viz.py and pytorch.org/memory_viz read it.
+py::dict memory_snapshot() {
+  torch_openreg::MemorySnapshot snap = torch_openreg::memorySnapshot();
+  // Symbolize every context at once (frames are shared between entries).
+  std::vector<torch::CapturedTraceback*> tbs;
+  ska::flat_hash_map<c10::GatheredContext*, size_t> index;
+  auto want = [&](const std::shared_ptr<c10::GatheredContext>& c) {
+    if (!c || index.count(c.get())) return;
+    if (auto* tb = dynamic_cast<torch::CapturedTraceback*>(c.get())) {
+      index[c.get()] = tbs.size();
+      tbs.push_back(tb);
+    }
+  };
+  for (auto& seg : snap.segments)
+    for (auto& b : seg.blocks) want(b.context);
+  for (auto& t : snap.device_traces)
+    for (auto& e : t) want(e.context);
+  std::vector<py::object> frames = torch::py_symbolize(tbs);
+  auto frames_of = [&](const std::shared_ptr<c10::GatheredContext>& c) -> py::object {
+    auto it = c ? index.find(c.get()) : index.end();
+    return it == index.end() ? py::list() : frames[it->second];
+  };
+
+  static const char* kStates[] = {"active_allocated", "active_awaiting_free", "inactive"};
+  py::list segments;
+  for (auto& seg : snap.segments) {
+    py::list blocks;
+    size_t allocated = 0, active = 0, requested = 0;
+    for (auto& b : seg.blocks) {
+      py::dict bd;
+      bd["address"] = b.address;
+      bd["size"] = b.size;
+      bd["requested_size"] = b.requested_size;
+      bd["state"] = kStates[b.state];
+      bd["frames"] = frames_of(b.context);
+      blocks.append(bd);
+      if (b.state == torch_openreg::BlockInfo::ACTIVE_ALLOCATED) allocated += b.size;
+      if (b.state != torch_openreg::BlockInfo::INACTIVE) {
+        active += b.size;
+        requested += b.requested_size;
+      }
+    }
+    py::dict sd;
+    sd["device"] = static_cast<int>(seg.device);
+    sd["address"] = seg.address;
+    sd["total_size"] = seg.total_size;
+    sd["allocated_size"] = allocated;
+    sd["active_size"] = active;
+    sd["requested_size"] = requested;
+    sd["stream"] = seg.stream;
+    sd["segment_type"] = seg.small ? "small" : "large";
+    sd["segment_pool_id"] = py::make_tuple(0, 0);
+    sd["is_expandable"] = false;
+    sd["frames"] = seg.blocks.empty() ? py::list() : frames_of(seg.blocks.front().context);
+    sd["blocks"] = blocks;
+    segments.append(sd);
+  }
+  static const char* kActions[] = {"alloc", "free_requested", "free_completed",
+                                   "segment_alloc", "segment_free", "oom"};
+  py::list traces;
+  for (auto& t : snap.device_traces) {
+    py::list entries;
+    for (auto& e : t) {
+      py::dict ed;
+      ed["action"] = kActions[e.action];
+      ed["addr"] = e.addr;
+      ed["size"] = e.size;
+      ed["stream"] = e.stream;
+      ed["time_us"] = e.time_us;
+      ed["frames"] = frames_of(e.context);
+      if (e.action == torch_openreg::TraceEntry::OOM) ed["device_free"] = e.device_free;
+      entries.append(ed);
+    }
+    traces.append(entries);
+  }
+  py::dict result;
+  result["segments"] = segments;
+  result["device_traces"] = traces;
+  return result;
+}
+
+// torch.cuda.host_memory_stats_as_nested_dict's layout.
+py::dict host_memory_stats() {
+  at::HostStats s = at::getHostAllocator(at::kPrivateUse1)->get_stats();
+  auto stat = [](const c10::CachingAllocator::Stat& st) {
+    py::dict d;
+    d["current"] = st.current;
+    d["peak"] = st.peak;
+    d["allocated"] = st.allocated;
+    d["freed"] = st.freed;
+    return d;
+  };
+  auto duration = [](const c10::CachingAllocator::DurationStat& st) {
+    py::dict d;
+    d["total"] = st.total;
+    d["max"] = st.max;
+    d["min"] = st.min;
+    d["count"] = st.count;
+    d["avg"] = st.count == 0 ? 0 : st.total / st.count;
+    return d;
+  };
+  py::dict r;
+  r["allocations"] = stat(s.allocations);
+  r["allocated_bytes"] = stat(s.allocated_bytes);
+  r["active_requests"] = stat(s.active_requests);
+  r["active_bytes"] = stat(s.active_bytes);
+  r["num_host_alloc"] = s.num_host_alloc;
+  r["num_host_free"] = s.num_host_free;
+  r["host_alloc_time"] = duration(s.host_alloc_time);
+  r["host_free_time"] = duration(s.host_free_time);
+  return r;
 }
 
 }  // namespace
@@ -146,6 +304,24 @@ PYBIND11_MODULE(_C, m) {
   m.def("_mem_get_info", [](int64_t index) {
     auto info = torch_openreg::getDeviceAllocator()->getMemoryInfo(index_or_current(index));
     return py::make_tuple(info.first, info.second);
+  });
+
+  m.def("_record_memory_history", &record_memory_history, py::arg("enabled"),
+        py::arg("context"), py::arg("stacks"), py::arg("max_entries"),
+        py::arg("clear_history"));
+  m.def("_memory_snapshot", &memory_snapshot);
+  m.def("_set_memory_fraction", [](double fraction, int64_t index) {
+    torch_openreg::setMemoryFraction(fraction, index_or_current(index));
+  });
+  m.def("_get_memory_fraction", [](int64_t index) {
+    return torch_openreg::getMemoryFraction(index_or_current(index));
+  });
+  m.def("_host_memory_stats", &host_memory_stats);
+  m.def("_reset_peak_host_memory_stats", [] {
+    at::getHostAllocator(at::kPrivateUse1)->reset_peak_stats();
+  });
+  m.def("_reset_accumulated_host_memory_stats", [] {
+    at::getHostAllocator(at::kPrivateUse1)->reset_accumulated_stats();
   });
 
   // backend metadata (runtime/OpenRegSerialization.h): the "format" tag that

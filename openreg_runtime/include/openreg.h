@@ -85,6 +85,13 @@ typedef struct orDeviceProp {
   int streamPriorityLeast;    /* see orDeviceGetStreamPriorityRange */
   int streamPriorityGreatest;
   size_t pageSize;
+  /* A stable identity, like cudaDeviceProp::uuid: derived from the host name
+   * and the device ordinal (an RFC 9562 version-8 UUID), so every process on
+   * one host names a device the same way, and it never changes while the
+   * process runs. */
+  struct { unsigned char bytes[16]; } uuid;
+  int integrated;             /* 1: device memory is host RAM (cudaDeviceProp::integrated) */
+  int isMultiGpuBoard;        /* 0: there is no board */
 } orDeviceProp;
 
 OR_API orError_t orGetDeviceCount(int* count);
@@ -92,6 +99,10 @@ OR_API orError_t orSetDevice(int device);  /* per host thread, like CUDA */
 OR_API orError_t orGetDevice(int* device);
 OR_API orError_t orGetDeviceProperties(orDeviceProp* prop, int device);
 OR_API orError_t orDeviceSynchronize(void);
+/* 1 if kernels and copies on `device` can reach `peerDevice`'s memory (every
+ * pair of distinct devices can: all arenas live in one address space); 0 for
+ * device == peerDevice, as cudaDeviceCanAccessPeer. */
+OR_API orError_t orDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice);
 /* Lower numbers are higher priority, as in CUDA: least=0, greatest<0. */
 OR_API orError_t orDeviceGetStreamPriorityRange(int* leastPriority,
                                                 int* greatestPriority);

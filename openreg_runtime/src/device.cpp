@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <pthread.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <strings.h>
@@ -242,6 +243,33 @@ Device* peek_device(int index) {
 
 using namespace openreg;
 
+namespace {
+
+// A device's UUID: FNV-1a over "openreg:<host name>:<ordinal>", twice with
+// different offsets for 128 bits, stamped as an RFC 9562 version-8 (custom)
+// UUID. The host name makes devices of different machines differ; the same
+// device gets the same UUID in every process on its host (as a GPU's does),
+// which is what peers comparing devices across processes need.
+// Vendor: report your hardware's UUID instead.
+void device_uuid(int device, unsigned char out[16]) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
+  char key[320];
+  snprintf(key, sizeof(key), "openreg:%s:%d", host, device);
+  uint64_t h[2] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};
+  for (uint64_t& v : h) {
+    for (const char* p = key; *p; ++p) {
+      v ^= static_cast<unsigned char>(*p);
+      v *= 0x100000001b3ULL;
+    }
+  }
+  for (int i = 0; i < 16; ++i) out[i] = static_cast<unsigned char>(h[i / 8] >> (8 * (i % 8)));
+  out[6] = static_cast<unsigned char>((out[6] & 0x0f) | 0x80);  // version 8
+  out[8] = static_cast<unsigned char>((out[8] & 0x3f) | 0x80);  // RFC variant
+}
+
+}  // namespace
+
 extern "C" {
 
 orError_t orGetLastError(void) {
@@ -344,6 +372,28 @@ orError_t orGetDeviceProperties(orDeviceProp* prop, int device) {
   orDeviceGetStreamPriorityRange(&prop->streamPriorityLeast,
                                  &prop->streamPriorityGreatest);
   prop->pageSize = kPageSize;
+  device_uuid(device, prop->uuid.bytes);
+  prop->integrated = 1;
+  prop->isMultiGpuBoard = 0;
+  return orSuccess;
+}
+
+orError_t orDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
+  if (!canAccessPeer)
+    return fail(orErrorInvalidValue, "orDeviceCanAccessPeer: canAccessPeer is NULL");
+  const Config& c = config();
+  if (c.init_error != orSuccess)
+    return fail(c.init_error, "orDeviceCanAccessPeer: %s", c.init_message.c_str());
+  for (int d : {device, peerDevice}) {
+    if (d < 0 || d >= c.device_count)
+      return fail(orErrorInvalidDevice,
+                  "orDeviceCanAccessPeer: invalid device ordinal %d "
+                  "(OPENREG_DEVICE_COUNT=%d)", d, c.device_count);
+  }
+  // Every arena is mapped in this process, so a copy or kernel on one device
+  // reaches any other's memory (orMemcpy* takes device-to-device across
+  // devices). A device is not its own peer, as in CUDA.
+  *canAccessPeer = device != peerDevice ? 1 : 0;
   return orSuccess;
 }
 

@@ -230,7 +230,15 @@ class OpenRegError(RuntimeError):
     r["strict_memory"] = bool(p.strictMemory);
     r["stream_priority_least"] = p.streamPriorityLeast;
     r["stream_priority_greatest"] = p.streamPriorityGreatest;
+    r["uuid"] = py::bytes(reinterpret_cast<const char*>(p.uuid.bytes), sizeof(p.uuid.bytes));
+    r["is_integrated"] = p.integrated;
+    r["is_multi_gpu_board"] = p.isMultiGpuBoard;
     return r;
+  });
+  m.def("device_can_access_peer", [](int d, int peer) {
+    int can = 0;
+    check(orDeviceCanAccessPeer(&can, d, peer));
+    return bool(can);
   });
   m.def("stream_priority_range", [] {
     int lo, hi;

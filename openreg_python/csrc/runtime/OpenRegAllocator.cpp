@@ -8,7 +8,11 @@
 //  - a block used on other streams (record_stream) is only reused once
 //    events recorded on those streams have completed;
 //  - on out-of-memory the cache is flushed and the allocation retried once
-//    before torch.OutOfMemoryError is raised with a CUDA-like message.
+//    before torch.OutOfMemoryError is raised with a CUDA-like message;
+//    set_per_process_memory_fraction caps what a device may reserve;
+//  - optionally (torch.openreg.memory._record_memory_history) a context per
+//    live block and a trace of actions, for memory snapshots. Off, it costs
+//    one branch per allocation and per free.
 //
 // Vendor: this file is reusable as is; only the orMalloc/orFree/orEvent*
 // calls name your runtime.
@@ -18,11 +22,15 @@
 #include "OpenRegStream.h"
 #include "../aten/Sanitizer.h"
 
+#include <c10/util/ApproximateClock.h>
 #include <c10/util/flat_hash_map.h>
 
+#include <algorithm>
+#include <atomic>
 #include <deque>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <vector>
 
 namespace torch_openreg {
@@ -54,6 +62,7 @@ struct Block {
   Block* prev = nullptr;
   Block* next = nullptr;
   ska::flat_hash_set<c10::Stream> stream_uses;
+  std::shared_ptr<c10::GatheredContext> context;  // history only
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
@@ -86,7 +95,35 @@ struct DeviceState {
   ska::flat_hash_set<Block*> live;  // allocated blocks (pointer identity)
   std::deque<std::pair<orEvent_t, Block*>> events;
   DeviceStats stats;
+  // set_per_process_memory_fraction: reserved bytes may not exceed `limit`.
+  bool limited = false;
+  double fraction = 1.0;
+  size_t limit = 0;
+  // _record_memory_history("all"): a ring buffer of actions.
+  std::vector<TraceEntry> trace;
+  size_t trace_next = 0;
 };
+
+// The history settings; `on` is the one flag the hot path reads.
+struct History {
+  std::atomic<bool> on{false};
+  std::atomic<bool> trace{false};
+  std::atomic<ContextRecorder> recorder{nullptr};
+  std::atomic<int> when{0};
+  std::atomic<size_t> max_entries{0};
+
+  // Called without the allocator's locks: a recorder may take the GIL.
+  std::shared_ptr<c10::GatheredContext> gather(RecordContext level) const {
+    ContextRecorder r = recorder.load(std::memory_order_relaxed);
+    if (!r || when.load(std::memory_order_relaxed) < int(level)) return nullptr;
+    return r();
+  }
+};
+History g_history;
+
+inline bool history_on() {
+  return g_history.on.load(std::memory_order_relaxed);
+}
 
 class CachingAllocator final : public c10::DeviceAllocator {
  public:
@@ -95,6 +132,9 @@ class CachingAllocator final : public c10::DeviceAllocator {
     check_device_index(device);
     c10::StreamId stream = getCurrentStream(device).id();
     DeviceState& st = state(device);
+    std::shared_ptr<c10::GatheredContext> ctx;
+    const bool hist = history_on();
+    if (C10_UNLIKELY(hist)) ctx = g_history.gather(RecordContext::STATE);
     std::unique_lock<std::mutex> lk(st.mu);
     process_events(st);
     size_t size = round_size(requested);
@@ -103,7 +143,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
     Block* block = find_free(pool, stream, size);
     if (!block) {
-      block = new_segment(st, device, stream, size, small, requested);
+      block = new_segment(st, device, stream, size, small, requested, ctx);
     }
     // Take it out of the pool, splitting off a worthwhile remainder.
     pool.erase(block);
@@ -136,6 +176,11 @@ class CachingAllocator final : public c10::DeviceAllocator {
     update(st.stats.active, 1, small);
     update(st.stats.active_bytes, int64_t(block->size), small);
     update(st.stats.requested_bytes, int64_t(requested), small);
+    if (C10_UNLIKELY(hist)) {
+      block->context = ctx;
+      record(st, TraceEntry::ALLOC, block->ptr, requested, stream,
+             g_history.when >= int(RecordContext::ALLOC) ? ctx : nullptr);
+    }
     if (c10::memoryProfilingEnabled()) {
       c10::reportMemoryUsageToProfiler(
           block->ptr, int64_t(block->size),
@@ -148,6 +193,9 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
   void free_block_from_user(Block* block) {
     DeviceState& st = state(block->device);
+    std::shared_ptr<c10::GatheredContext> ctx;
+    const bool hist = history_on();
+    if (C10_UNLIKELY(hist)) ctx = g_history.gather(RecordContext::ALL);
     std::lock_guard<std::mutex> g(st.mu);
     TORCH_INTERNAL_ASSERT(block->allocated, "openreg allocator: double free");
     // Stream sanitizer: its history stays, so a reuse racing with the last
@@ -155,6 +203,9 @@ class CachingAllocator final : public c10::DeviceAllocator {
     if (C10_UNLIKELY(sanitizer_on())) orSanitizerMarkFreed(block->ptr, block->size);
     block->allocated = false;
     st.live.erase(block);
+    if (C10_UNLIKELY(hist)) {
+      record(st, TraceEntry::FREE_REQUESTED, block->ptr, block->requested, block->stream, ctx);
+    }
     bool small = block->small;
     update(st.stats.allocation, -1, small);
     update(st.stats.allocated_bytes, -int64_t(block->size), small);
@@ -178,6 +229,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
       block->stream_uses.clear();
       return;
     }
+    free_completed(st, block, std::move(ctx));
     return_to_pool(st, block);
   }
 
@@ -297,20 +349,21 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
   Block* new_segment(DeviceState& st, c10::DeviceIndex device,
                      c10::StreamId stream, size_t size, bool small,
-                     size_t requested) {
+                     size_t requested,
+                     const std::shared_ptr<c10::GatheredContext>& ctx) {
     size_t seg = segment_size(size);
-    void* ptr = try_device_malloc(device, seg);
+    void* ptr = try_segment_malloc(st, device, seg);
     if (!ptr) {
       // Flush the cache and retry once, as CUDA's allocator does.
       st.stats.num_alloc_retries++;
       synchronize_and_free_events(st);
       release_cached(st, device);
-      ptr = try_device_malloc(device, seg);
+      ptr = try_segment_malloc(st, device, seg);
     }
     if (!ptr && seg > size) {
       // A smaller segment may still fit.
       seg = size;
-      ptr = try_device_malloc(device, seg);
+      ptr = try_segment_malloc(st, device, seg);
     }
     if (!ptr) {
       st.stats.num_ooms++;
@@ -324,17 +377,30 @@ class CachingAllocator final : public c10::DeviceAllocator {
       c10::reportOutOfMemoryToProfiler(
           int64_t(size), allocated, reserved,
           c10::Device(c10::DeviceType::PrivateUse1, device));
+      if (C10_UNLIKELY(history_on())) {
+        record(st, TraceEntry::OOM, nullptr, requested, stream, ctx, free);
+      }
       using c10::CachingAllocator::format_size;
+      // [docs:allocator-fraction-oom]
+      std::string limit;
+      if (st.limited) {
+        std::ostringstream os;
+        os << " This process may reserve at most " << format_size(st.limit)
+           << " of it (set_per_process_memory_fraction(" << st.fraction
+           << ") on openreg:" << static_cast<int>(device) << ").";
+        limit = os.str();
+      }
       TORCH_CHECK_WITH(
           OutOfMemoryError, false,
           "openreg out of memory. Tried to allocate ", format_size(requested),
           ". Device openreg:", static_cast<int>(device),
           " has a total capacity of ", format_size(total), " of which ",
-          format_size(free), " is free. Of the allocated memory ",
+          format_size(free), " is free.", limit, " Of the allocated memory ",
           format_size(allocated), " is allocated by PyTorch, and ",
           format_size(reserved - allocated),
           " is reserved by PyTorch but unallocated. (The capacity is set by "
           "OPENREG_DEVICE_MEMORY.)");
+      // [docs:allocator-fraction-oom:end]
     }
     auto* b = new Block();
     b->device = device;
@@ -346,9 +412,150 @@ class CachingAllocator final : public c10::DeviceAllocator {
     update(st.stats.segment, 1, small);
     update(st.stats.reserved_bytes, int64_t(seg), small);
     st.stats.num_device_alloc++;
+    if (C10_UNLIKELY(history_on())) {
+      record(st, TraceEntry::SEGMENT_ALLOC, b->ptr, seg, stream,
+             g_history.when >= int(RecordContext::ALLOC) ? ctx : nullptr);
+    }
     return b;
   }
 
+  // orMalloc, unless the segment would take the device past the process's
+  // memory fraction.
+  static void* try_segment_malloc(DeviceState& st, c10::DeviceIndex device, size_t n) {
+    if (st.limited && size_t(st.stats.reserved_bytes[0].current) + n > st.limit) {
+      return nullptr;
+    }
+    return try_device_malloc(device, n);
+  }
+
+  // The block is free for reuse now (the end of a free, as CUDA's
+  // free_completed): note it in the history and drop its context.
+  static void free_completed(DeviceState& st, Block* block,
+                             std::shared_ptr<c10::GatheredContext> ctx) {
+    if (C10_UNLIKELY(history_on())) {
+      record(st, TraceEntry::FREE_COMPLETED, block->ptr, block->requested,
+             block->stream, std::move(ctx));
+    }
+    block->context.reset();
+    block->requested = 0;
+  }
+
+  // Append to the device's action history (a ring buffer), if kept.
+  static void record(DeviceState& st, TraceEntry::Action action, const void* ptr,
+                     size_t size, c10::StreamId stream,
+                     std::shared_ptr<c10::GatheredContext> ctx, size_t device_free = 0) {
+    if (!g_history.trace.load(std::memory_order_relaxed)) return;
+    size_t max_entries = g_history.max_entries.load(std::memory_order_relaxed);
+    if (max_entries == 0) return;
+    TraceEntry e;
+    e.action = action;
+    e.addr = reinterpret_cast<uintptr_t>(ptr);
+    e.size = size;
+    e.stream = stream;
+    e.time_us = c10::getTime() / 1000;
+    e.device_free = device_free;
+    e.context = std::move(ctx);
+    if (st.trace.size() < max_entries) {
+      st.trace.push_back(std::move(e));
+    } else {
+      st.trace[st.trace_next % st.trace.size()] = std::move(e);
+      st.trace_next = (st.trace_next + 1) % st.trace.size();
+    }
+  }
+
+ public:
+  // ---------------------------------------------------------------- history
+  void record_history(bool enabled, bool trace, ContextRecorder recorder,
+                      RecordContext when, size_t max_entries, bool clear) {
+    g_history.on = false;
+    g_history.trace = enabled && trace;
+    g_history.recorder = enabled ? recorder : nullptr;
+    g_history.when = int(enabled ? when : RecordContext::NEVER);
+    g_history.max_entries = max_entries;
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+      DeviceState& st = state(d);
+      std::lock_guard<std::mutex> g(st.mu);
+      if (clear || !enabled) {
+        st.trace.clear();
+      } else {
+        // Oldest first (so the buffer can grow again), the newest max_entries.
+        std::rotate(st.trace.begin(), st.trace.begin() + st.trace_next, st.trace.end());
+        if (st.trace.size() > max_entries)
+          st.trace.erase(st.trace.begin(), st.trace.end() - max_entries);
+      }
+      st.trace_next = 0;
+    }
+    g_history.on = enabled;
+  }
+
+  MemorySnapshot snapshot() {
+    MemorySnapshot snap;
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+      DeviceState& st = state(d);
+      std::lock_guard<std::mutex> g(st.mu);
+      // Every block is live, in a pool, or awaiting record_stream events.
+      std::vector<Block*> heads;
+      auto add = [&](Block* b) {
+        if (!b->prev) heads.push_back(b);
+      };
+      for (Block* b : st.live) add(b);
+      for (Block* b : st.small_pool) add(b);
+      for (Block* b : st.large_pool) add(b);
+      for (auto& e : st.events) add(e.second);
+      std::sort(heads.begin(), heads.end(), [](Block* a, Block* b) { return a->ptr < b->ptr; });
+      heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+      for (Block* h : heads) {
+        SegmentInfo seg;
+        seg.device = d;
+        seg.address = reinterpret_cast<uintptr_t>(h->ptr);
+        seg.stream = h->stream;
+        seg.small = h->small;
+        for (Block* b = h; b; b = b->next) {
+          BlockInfo bi;
+          bi.address = reinterpret_cast<uintptr_t>(b->ptr);
+          bi.size = b->size;
+          bi.requested_size = b->allocated || b->event_count > 0 ? b->requested : 0;
+          bi.state = b->allocated ? BlockInfo::ACTIVE_ALLOCATED
+                     : b->event_count > 0 ? BlockInfo::ACTIVE_AWAITING_FREE
+                                          : BlockInfo::INACTIVE;
+          bi.context = b->context;
+          seg.total_size += b->size;
+          seg.blocks.push_back(std::move(bi));
+        }
+        snap.segments.push_back(std::move(seg));
+      }
+      std::vector<TraceEntry> trace(st.trace.begin() + st.trace_next, st.trace.end());
+      trace.insert(trace.end(), st.trace.begin(), st.trace.begin() + st.trace_next);
+      snap.device_traces.push_back(std::move(trace));
+    }
+    return snap;
+  }
+
+  // ---------------------------------------------------------------- fraction
+  void set_memory_fraction(double fraction, c10::DeviceIndex device) {
+    check_device_index(device);
+    TORCH_CHECK(fraction >= 0 && fraction <= 1, "Invalid fraction value: ", fraction,
+                ". Allowed range: 0~1");
+    size_t free = 0, total = 0;
+    {
+      DeviceScope scope(device);
+      OPENREG_CHECK(orMemGetInfo(&free, &total));
+    }
+    DeviceState& st = state(device);
+    std::lock_guard<std::mutex> g(st.mu);
+    st.limited = true;
+    st.fraction = fraction;
+    st.limit = static_cast<size_t>(fraction * double(total));
+  }
+
+  double get_memory_fraction(c10::DeviceIndex device) {
+    check_device_index(device);
+    DeviceState& st = state(device);
+    std::lock_guard<std::mutex> g(st.mu);
+    return st.fraction;
+  }
+
+ private:
   static void* try_device_malloc(c10::DeviceIndex device, size_t n) {
     DeviceScope scope(device);
     void* p = nullptr;
@@ -402,7 +609,10 @@ class CachingAllocator final : public c10::DeviceAllocator {
       if (C10_UNLIKELY(sanitizer_on())) orSanitizerRelease(block->ptr, block->size, ev);
       orEventDestroy(ev);
       st.events.pop_front();
-      if (--block->event_count == 0) return_to_pool(st, block);
+      if (--block->event_count == 0) {
+        free_completed(st, block, nullptr);
+        return_to_pool(st, block);
+      }
     }
   }
 
@@ -411,7 +621,10 @@ class CachingAllocator final : public c10::DeviceAllocator {
     for (auto& [ev, block] : st.events) {
       if (orEventSynchronize(ev) != orSuccess) orGetLastError();
       orEventDestroy(ev);
-      if (--block->event_count == 0) return_to_pool(st, block);
+      if (--block->event_count == 0) {
+        free_completed(st, block, nullptr);
+        return_to_pool(st, block);
+      }
     }
     st.events.clear();
   }
@@ -426,6 +639,9 @@ class CachingAllocator final : public c10::DeviceAllocator {
           continue;
         }
         it = pool->erase(it);
+        if (C10_UNLIKELY(history_on())) {
+          record(st, TraceEntry::SEGMENT_FREE, b->ptr, b->size, b->stream, nullptr);
+        }
         if (orFree(b->ptr) != orSuccess) orGetLastError();  // any device
         update(st.stats.segment, -1, b->small);
         update(st.stats.reserved_bytes, -int64_t(b->size), b->small);
@@ -457,6 +673,22 @@ c10::DeviceAllocator* getDeviceAllocator() { return &allocator(); }
 
 c10::DataPtr allocateOn(c10::DeviceIndex device, size_t nbytes) {
   return allocator().allocate_on(device, nbytes);
+}
+
+void recordMemoryHistory(bool enabled, bool record_trace, ContextRecorder recorder,
+                         RecordContext when, size_t max_entries, bool clear_history) {
+  allocator().record_history(enabled, record_trace, recorder, when, max_entries,
+                             clear_history);
+}
+
+MemorySnapshot memorySnapshot() { return allocator().snapshot(); }
+
+void setMemoryFraction(double fraction, c10::DeviceIndex device) {
+  allocator().set_memory_fraction(fraction, device);
+}
+
+double getMemoryFraction(c10::DeviceIndex device) {
+  return allocator().get_memory_fraction(device);
 }
 
 bool isDeviceDataPtr(const c10::DataPtr& ptr) {

@@ -5,6 +5,9 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Stream.h>
 
+#include <memory>
+#include <vector>
+
 namespace torch_openreg {
 
 c10::DeviceAllocator* getDeviceAllocator();
@@ -15,5 +18,62 @@ c10::DataPtr allocateOn(c10::DeviceIndex device, size_t nbytes);
 
 // True if the DataPtr is an openreg device allocation made by this allocator.
 bool isDeviceDataPtr(const c10::DataPtr& ptr);
+
+// ------------------------------------------------- memory debugging
+// What torch.openreg.memory._record_memory_history / _snapshot see; the same
+// model as CUDACachingAllocator's (segments of blocks, a trace of actions).
+
+// Captures a context (a stack trace) at an allocator action. Called outside
+// the allocator's locks (it may take the GIL).
+using ContextRecorder = std::shared_ptr<c10::GatheredContext> (*)();
+
+// Which actions keep a context: live blocks only, + alloc trace entries,
+// + free trace entries (CUDA's RecordContext).
+enum class RecordContext { NEVER = 0, STATE = 1, ALLOC = 2, ALL = 3 };
+
+struct TraceEntry {
+  enum Action { ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, OOM };
+  Action action;
+  uintptr_t addr = 0;
+  size_t size = 0;
+  c10::StreamId stream = 0;
+  int64_t time_us = 0;
+  size_t device_free = 0;  // OOM only
+  std::shared_ptr<c10::GatheredContext> context;
+};
+
+struct BlockInfo {
+  uintptr_t address = 0;
+  size_t size = 0;
+  size_t requested_size = 0;
+  enum State { ACTIVE_ALLOCATED, ACTIVE_AWAITING_FREE, INACTIVE } state = INACTIVE;
+  std::shared_ptr<c10::GatheredContext> context;  // where it was allocated
+};
+
+struct SegmentInfo {
+  c10::DeviceIndex device = 0;
+  uintptr_t address = 0;
+  size_t total_size = 0;
+  c10::StreamId stream = 0;
+  bool small = false;
+  std::vector<BlockInfo> blocks;  // in address order
+};
+
+struct MemorySnapshot {
+  std::vector<SegmentInfo> segments;
+  std::vector<std::vector<TraceEntry>> device_traces;  // one per device
+};
+
+// enabled=false stops recording (and drops contexts of future actions);
+// record_trace keeps the action history (enabled="all"), at most
+// max_entries per device (a ring buffer); recorder=nullptr records no stacks.
+void recordMemoryHistory(bool enabled, bool record_trace, ContextRecorder recorder,
+                         RecordContext when, size_t max_entries, bool clear_history);
+MemorySnapshot memorySnapshot();
+
+// set_per_process_memory_fraction: reserved memory on `device` may not
+// exceed fraction * capacity; beyond it allocations raise OutOfMemoryError.
+void setMemoryFraction(double fraction, c10::DeviceIndex device);
+double getMemoryFraction(c10::DeviceIndex device);
 
 }  // namespace torch_openreg

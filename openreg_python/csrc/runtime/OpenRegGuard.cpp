@@ -63,6 +63,33 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return device_count();
   }
 
+  // [docs:guard-capability]
+  // torch.accelerator.get_device_capability(): the dtypes a tensor can have
+  // on the device and be converted between. The runtime's memory is untyped
+  // bytes and openreg's kernels are ATen's CPU kernels, so these are the
+  // dtypes whose CPU copy kernel converts: not the quantized ones (the glue
+  // refuses quantized openreg tensors), nor the bit-container and sub-byte
+  // shells (bits8, int1..int7, uint1..uint7, float4_e2m1fn_x2), which no
+  // copy kernel converts, on the CPU either.
+  // Vendor: list what your hardware holds.
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    check_device_index(d.has_index() ? d.index() : current_device());
+    c10::DeviceCapability cap;
+    cap.capability_data.capability_bits = 0;
+    for (auto i : {c10::kIndex_Byte, c10::kIndex_Char, c10::kIndex_Short, c10::kIndex_Int,
+                   c10::kIndex_Long, c10::kIndex_UInt16, c10::kIndex_UInt32,
+                   c10::kIndex_UInt64, c10::kIndex_Bool, c10::kIndex_Half,
+                   c10::kIndex_BFloat16, c10::kIndex_Float, c10::kIndex_Double,
+                   c10::kIndex_ComplexHalf, c10::kIndex_ComplexFloat,
+                   c10::kIndex_ComplexDouble, c10::kIndex_Float8_e5m2,
+                   c10::kIndex_Float8_e4m3fn, c10::kIndex_Float8_e5m2fnuz,
+                   c10::kIndex_Float8_e4m3fnuz, c10::kIndex_Float8_e8m0fnu}) {
+      cap.capability_data.capability_bits |= 1ULL << i;
+    }
+    return cap;
+  }
+  // [docs:guard-capability:end]
+
   // ------------------------------------------------------------ events
   void destroyEvent(void* event, const c10::DeviceIndex /*device*/) const noexcept override {
     if (event) orEventDestroy(static_cast<orEvent_t>(event));

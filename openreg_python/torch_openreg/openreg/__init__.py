@@ -1,6 +1,7 @@
 """``torch.openreg``: the device module, modelled on ``torch.cuda``."""
 
 import threading
+import uuid as _uuid
 from typing import Any, Optional, Union
 
 import torch
@@ -124,7 +125,19 @@ def synchronize(device: _device_t = None) -> None:
 
 
 class _DeviceProperties:
-    """Properties of an openreg device (cf. ``torch.cuda.get_device_properties``)."""
+    """Properties of an openreg device (cf. ``torch.cuda.get_device_properties``).
+
+    The fields of ``torch.cuda``'s that mean something here, from the
+    runtime's ``orDeviceProp``: ``name``, ``total_memory`` (the capacity,
+    ``OPENREG_DEVICE_MEMORY``), ``multi_processor_count`` (worker threads per
+    device, ``OPENREG_DEVICE_WORKERS``), ``major``/``minor`` (the
+    simulation's "compute capability", 1.0), ``uuid`` (a ``uuid.UUID``, the
+    same for a device in every process on this host: see docs/device.md),
+    ``is_integrated`` (1: device memory is host RAM), ``is_multi_gpu_board``
+    (0). Plus openreg's own ``strict_memory`` and ``stream_priority_range``.
+    Hardware fields (``L2_cache_size``, ``warp_size``, clocks, shared memory,
+    PCI ids, ...) have no meaning for the simulation and are absent.
+    """
 
     def __init__(self, props: dict):
         self.name: str = props["name"]
@@ -132,6 +145,9 @@ class _DeviceProperties:
         self.multi_processor_count: int = props["multi_processor_count"]
         self.major: int = props["major"]
         self.minor: int = props["minor"]
+        self.uuid: _uuid.UUID = _uuid.UUID(bytes=props["uuid"])
+        self.is_integrated: int = props["is_integrated"]
+        self.is_multi_gpu_board: int = props["is_multi_gpu_board"]
         self.strict_memory: bool = props["strict_memory"]
         self.stream_priority_range = (
             props["stream_priority_least"],
@@ -142,7 +158,8 @@ class _DeviceProperties:
         return (
             f"_DeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
             f"total_memory={self.total_memory // (1024 * 1024)}MB, "
-            f"multi_processor_count={self.multi_processor_count}, "
+            f"multi_processor_count={self.multi_processor_count}, uuid={self.uuid}, "
+            f"is_integrated={self.is_integrated}, is_multi_gpu_board={self.is_multi_gpu_board}, "
             f"strict_memory={self.strict_memory})"
         )
 
@@ -162,6 +179,22 @@ def get_device_capability(device: _device_t = None) -> tuple:
     return props.major, props.minor
 
 
+def can_device_access_peer(device: _device_t, peer: _device_t) -> bool:
+    """Whether ``device`` can reach ``peer``'s memory (``orDeviceCanAccessPeer``).
+
+    True for any two distinct openreg devices: every device's memory is mapped
+    in this process, and copies between devices go device to device. False
+    for a device and itself, as in CUDA."""
+    device, peer = _get_device_index(device), _get_device_index(peer)
+    for d in (device, peer):
+        _check_index(d)
+    return _runtime.device_can_access_peer(device, peer)
+
+
+# As torch.cuda.OutOfMemoryError: the very class the allocator raises.
+OutOfMemoryError = torch.OutOfMemoryError
+
+
 def _sleep(microseconds: int) -> None:
     """Occupy the current stream for ``microseconds`` (like ``torch.cuda._sleep``)."""
     _lazy_init()
@@ -172,8 +205,18 @@ from .amp import get_amp_supported_dtype, is_bf16_supported  # noqa: E402
 from . import serialization  # noqa: E402,F401  (torch.load placement, see there)
 from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream  # noqa: E402
 from .sanitizer import StreamRaceError, is_stream_sanitizer_enabled, set_stream_sanitizer  # noqa: E402
+from . import memory  # noqa: E402,F401
 from .memory import (  # noqa: E402
     empty_cache,
+    get_per_process_memory_fraction,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
+    memory_snapshot,
+    memory_stats_as_nested_dict,
+    memory_summary,
+    reset_accumulated_host_memory_stats,
+    reset_peak_host_memory_stats,
+    set_per_process_memory_fraction,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -220,4 +263,8 @@ __all__ = [
     "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
     "set_stream", "stream", "synchronize",
     "StreamRaceError", "set_stream_sanitizer", "is_stream_sanitizer_enabled",
+    "OutOfMemoryError", "can_device_access_peer", "get_per_process_memory_fraction",
+    "host_memory_stats", "host_memory_stats_as_nested_dict", "memory_snapshot",
+    "memory_stats_as_nested_dict", "memory_summary", "reset_accumulated_host_memory_stats",
+    "reset_peak_host_memory_stats", "set_per_process_memory_fraction",
 ]
