@@ -268,6 +268,7 @@ const char* orGetErrorName(orError_t error) {
     case orErrorIllegalAddress: return "orErrorIllegalAddress";
     case orErrorLaunchFailure: return "orErrorLaunchFailure";
     case orErrorNotPermitted: return "orErrorNotPermitted";
+    case orErrorNotSupported: return "orErrorNotSupported";
     case orErrorUnknown: return "orErrorUnknown";
   }
   return "unrecognized error code";
@@ -287,6 +288,7 @@ const char* orGetErrorString(orError_t error) {
     case orErrorIllegalAddress: return "an illegal memory access was encountered";
     case orErrorLaunchFailure: return "unspecified launch failure";
     case orErrorNotPermitted: return "operation not permitted";
+    case orErrorNotSupported: return "operation not supported";
     case orErrorUnknown: return "unknown error";
   }
   return "unrecognized error code";
