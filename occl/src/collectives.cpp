@@ -211,13 +211,22 @@ void allreduce_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
     reduce(out, srcs.data(), n, count, t, op, n);
     return;
   }
-  const size_t chunk = kSlotBytes / 2 / es;  // elements per round
+  const size_t chunk = c->slot_bytes / 2 / es;  // elements per round
   const size_t share_off = chunk * es;       // share area after the input area
   const size_t nchunks = ceil_div(count, chunk);
   auto chunk_len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
   for (size_t k = 0; k <= nchunks; ++k) {
     const int par = c->parity();
-    if (k < nchunks) memcpy(c->wslot(par, 0, chunk_len(k) * es), in + k * chunk * es, chunk_len(k) * es);
+    if (k < nchunks) {
+      // Rank p reads only its share of this chunk from our slot (TCP peers
+      // are sent only that).
+      memcpy(c->self().slot(par), in + k * chunk * es, chunk_len(k) * es);
+      for (int p = 0; p < n; ++p) {
+        size_t o, l;
+        part(chunk_len(k), n, p, &o, &l);
+        c->wslot(par, o * es, l * es, p);
+      }
+    }
     c->post_and_wait(ctx, desc(kind, t, seq, count, root, op.kind, uint32_t(k)));
     if (k >= 1 && want) {  // gather the reduced shares of chunk k-1
       const size_t len = chunk_len(k - 1);
@@ -259,7 +268,7 @@ size_t zc_chunk_bytes() {
   static const size_t v = [] {
     const char* e = getenv("OCCL_ZC_CHUNK");
     const long long k = e ? atoll(e) : 0;
-    return k > 0 ? size_t(k) : size_t(8) << 20;
+    return k > 0 ? size_t(k) : size_t(2) << 20;
   }();
   return v;
 }
@@ -405,10 +414,10 @@ void broadcast_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
   const uint64_t seq = ++c->coll_seq;
   const bool is_root = c->rank == root;
   if (is_root && in != out && bytes) memmove(out, in, bytes);
-  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, kSlotBytes));
+  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, c->slot_bytes));
   for (size_t k = 0; k < rounds; ++k) {
     const int par = c->parity();
-    const size_t off = k * kSlotBytes, len = std::min(kSlotBytes, bytes - std::min(bytes, off));
+    const size_t off = k * c->slot_bytes, len = std::min(c->slot_bytes, bytes - std::min(bytes, off));
     if (is_root && len) memcpy(c->wslot(par, 0, len), in + off, len);
     c->post_and_wait(ctx, desc(kBroadcast, t, seq, count, root, occlSum, uint32_t(k)));
     if (!is_root && len) memcpy(out + off, c->peers[size_t(root)].slot(par), len);
@@ -419,10 +428,10 @@ void allgather_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
                    occlDataType_t t) {
   const size_t es = occlTypeSize(t), bytes = count * es;
   const uint64_t seq = ++c->coll_seq;
-  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, kSlotBytes));
+  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, c->slot_bytes));
   for (size_t k = 0; k < rounds; ++k) {
     const int par = c->parity();
-    const size_t off = k * kSlotBytes, len = std::min(kSlotBytes, bytes - std::min(bytes, off));
+    const size_t off = k * c->slot_bytes, len = std::min(c->slot_bytes, bytes - std::min(bytes, off));
     if (len) memcpy(c->wslot(par, 0, len), in + off, len);
     c->post_and_wait(ctx, desc(kAllGather, t, seq, count, -1, occlSum, uint32_t(k)));
     if (!len) continue;
@@ -436,14 +445,14 @@ void reduce_scatter_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out
   const size_t es = occlTypeSize(t);
   const int n = c->nranks;
   const uint64_t seq = ++c->coll_seq;
-  const size_t block = kSlotBytes / size_t(n) / es;  // elements per rank per round
+  const size_t block = c->slot_bytes / size_t(n) / es;  // elements per rank per round
   const size_t rounds = std::max<size_t>(1, ceil_div(count, block));
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (size_t k = 0; k < rounds; ++k) {
     const int par = c->parity();
     const size_t off = k * block, len = std::min(block, count - std::min(count, off));
     for (int p = 0; p < n && len; ++p)
-      memcpy(c->wslot(par, size_t(p) * block * es, len * es), in + (size_t(p) * count + off) * es,
+      memcpy(c->wslot(par, size_t(p) * block * es, len * es, p), in + (size_t(p) * count + off) * es,
              len * es);
     c->post_and_wait(ctx, desc(kReduceScatter, t, seq, count, -1, op.kind, uint32_t(k)));
     if (!len) continue;
@@ -455,7 +464,7 @@ void reduce_scatter_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out
 
 // Pairwise exchange with uneven sizes; gather and scatter are special cases.
 // Round 0 exchanges the send sizes (and checks them against the receive
-// sizes), then every round moves up to kSlotBytes/n bytes of each pair.
+// sizes), then every round moves up to slot_bytes/n bytes of each pair.
 void alltoallv_shm(occlComm* c, const OpCtx& ctx, const char* in, const std::vector<size_t>& scount,
                    const std::vector<size_t>& sdispl, char* out, const std::vector<size_t>& rcount,
                    const std::vector<size_t>& rdispl, occlDataType_t t, uint32_t kind, int root) {
@@ -478,7 +487,7 @@ void alltoallv_shm(occlComm* c, const OpCtx& ctx, const char* in, const std::vec
                          ctx.name, (unsigned long long)ctx.seq, p, from[size_t(p)], c->rank,
                          rcount[size_t(p)]));
   }
-  const size_t region = kSlotBytes / size_t(n);
+  const size_t region = c->slot_bytes / size_t(n);
   const size_t rounds = ceil_div(biggest * es, region);
   for (size_t k = 0; k < rounds; ++k) {
     par = c->parity();
@@ -486,7 +495,7 @@ void alltoallv_shm(occlComm* c, const OpCtx& ctx, const char* in, const std::vec
     for (int p = 0; p < n; ++p) {
       const size_t b = scount[size_t(p)] * es;
       if (off < b)
-        memcpy(c->wslot(par, size_t(p) * region, std::min(region, b - off)),
+        memcpy(c->wslot(par, size_t(p) * region, std::min(region, b - off), p),
                in + sdispl[size_t(p)] * es + off, std::min(region, b - off));
     }
     c->post_and_wait(ctx, desc(kind, t, seq, 0, root, occlSum, uint32_t(k + 1)));
@@ -546,13 +555,13 @@ bool take_tcp_message(occlComm* c, const OpCtx& ctx, P2P& s) {
   auto& inbox = c->peers[size_t(s.peer)].inbox;
   if (inbox.empty()) return false;
   TcpMessage& m = inbox.front();
-  if (m.tag != s.tag || m.data.size() != s.bytes)
+  if (m.tag != s.tag || m.bytes != s.bytes)
     throw Error(occlInvalidUsage,
                 format("%s (seq %llu): rank %d expects %zu bytes with tag %lld from rank %d, whose "
                        "next message has %zu bytes with tag %lld",
                        ctx.name, (unsigned long long)ctx.seq, c->rank, s.bytes, (long long)s.tag,
-                       s.peer, m.data.size(), (long long)m.tag));
-  if (s.bytes) memcpy(s.buf, m.data.data(), s.bytes);
+                       s.peer, m.bytes, (long long)m.tag));
+  if (s.bytes) memcpy(s.buf, m.data.get(), s.bytes);
   inbox.pop_front();
   s.finished = true;
   return true;

@@ -409,10 +409,17 @@ void finish_init(occlComm* c) {
     close(c->listen_fd);
     c->listen_fd = -1;
   }
+  // The barrier also tells everyone whether any pair talks over TCP: then
+  // every rank uses whole slots per round (the rounds' sizes must agree).
+  const int par = c->parity();
+  *c->wslot(par, 0, 1) = c->any_tcp ? 1 : 0;
   OpDesc d;
   d.kind = kBarrier;
   c->post_and_wait(ctx, d);
-  close(c->memfd);
+  bool tcp_somewhere = false;
+  for (const Peer& p : c->peers) tcp_somewhere = tcp_somewhere || p.slot(par)[0] == 1;
+  c->slot_bytes = tcp_somewhere ? kSlotBytes : kShmSlotBytes;
+  if (c->memfd >= 0) close(c->memfd);
   c->memfd = -1;
   c->zero_copy = true;  // mirrors of TCP peers say 0
   for (const Peer& p : c->peers) c->zero_copy = c->zero_copy && p.ctrl()->zero_copy == 1;

@@ -46,7 +46,12 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
 // Slots carry the collectives' data, one round at a time (double-buffered);
 // rings carry point-to-point messages from the owner to each peer.
 constexpr uint64_t kMagic = 0x4f43434c53484d31ull;  // "OCCLSHM1"
-constexpr size_t kSlotBytes = size_t(4) << 20;       // data bytes per slot
+// A slot has room for 16 MiB; a communicator uses 2 MiB of it per round
+// over shared memory (a round's data stays in cache) and all of it when some
+// pair talks over TCP (fewer, larger rounds: each round costs a network
+// round trip). Untouched pages of the memfd cost nothing.
+constexpr size_t kSlotBytes = size_t(16) << 20;      // capacity of a slot
+constexpr size_t kShmSlotBytes = size_t(2) << 20;    // used per round over shared memory
 constexpr size_t kRingBytes = size_t(1) << 20;       // bytes per p2p ring
 
 struct alignas(64) Padded32 {
@@ -106,7 +111,17 @@ inline size_t segment_bytes(int nranks) {
 // A frame received over TCP, waiting for the receive that consumes it.
 struct TcpMessage {
   int64_t tag;
-  std::vector<char> data;
+  std::unique_ptr<char[]> data;  // not zero-filled: it is overwritten at once
+  size_t bytes;
+};
+
+// A frame waiting to leave: a small header block of its own, then parts
+// that point into memory that stays valid until the frame is sent (this
+// rank's slots, or a send's buffer: the operation waits for its frames).
+struct OutFrame {
+  std::vector<char> own;
+  std::vector<std::pair<const char*, size_t>> parts;
+  size_t total = 0, sent = 0;
 };
 
 struct Peer {
@@ -121,10 +136,19 @@ struct Peer {
   int sock = -1;
   std::string addr;                    // where it listens ("host port")
   uint32_t tcp_step = 0;               // rounds received from it
-  std::deque<std::vector<char>> outq;  // frames to send, front partly sent
-  size_t out_off = 0;
-  std::vector<char> in_hdr, in_body;   // the frame being received
+  std::deque<OutFrame> outq;           // frames to send, front partly sent
+  std::vector<char> in_hdr;            // the frame being received
+  std::unique_ptr<char[]> in_body;
+  size_t in_cap = 0;
   size_t in_got = 0;
+  // Byte ranges of this rank's two slots written since the last round that
+  // this peer reads (TCP only: a round frame carries exactly these).
+  size_t dirty_lo[2] = {SIZE_MAX, SIZE_MAX}, dirty_hi[2] = {0, 0};
+  void mark(int par, size_t off, size_t len) {
+    if (!len) return;
+    dirty_lo[par] = std::min(dirty_lo[par], off);
+    dirty_hi[par] = std::max(dirty_hi[par], off + len);
+  }
   std::deque<TcpMessage> inbox;        // point-to-point messages received
   bool closed = false;                 // it closed the connection (after its last frame)
   Ctrl* ctrl() const { return reinterpret_cast<Ctrl*>(base); }
@@ -184,16 +208,15 @@ struct occlComm {
   // communicator is destroyed or aborted.
   bool zero_copy = false;
   bool any_tcp = false;   // some peer is reached over TCP
+  size_t slot_bytes = occl::kShmSlotBytes;  // used per round (same on every rank)
   int listen_fd = -1;     // TCP: open during bootstrap only
   uint8_t job_token[16] = {};  // TCP peers must present it (and their rank)
-  // Byte ranges of this rank's two slots written since the last round was
-  // posted: what a round frame carries to TCP peers.
-  size_t dirty_lo[2] = {SIZE_MAX, SIZE_MAX}, dirty_hi[2] = {0, 0};
-  // This rank's slot `par` from `off`, marking [off, off+len) as written.
-  char* wslot(int par, size_t off, size_t len) {
-    if (len) {
-      dirty_lo[par] = std::min(dirty_lo[par], off);
-      dirty_hi[par] = std::max(dirty_hi[par], off + len);
+  // This rank's slot `par` from `off`, marking [off, off+len) as written
+  // for every TCP peer (or for rank `only`, the one peer that reads it).
+  char* wslot(int par, size_t off, size_t len, int only = -1) {
+    if (any_tcp) {
+      for (int p = 0; p < nranks; ++p)
+        if (peers[size_t(p)].tcp && (only < 0 || p == only)) peers[size_t(p)].mark(par, off, len);
     }
     return self().slot(par) + off;
   }

@@ -18,6 +18,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -254,43 +255,83 @@ void tcp_connect_all(occlComm* c, Clock::time_point deadline) {
 
 namespace {
 
-void push_frame(Peer& peer, uint32_t type, uint64_t a, uint64_t b,
-                const std::vector<std::pair<const void*, size_t>>& parts) {
-  size_t len = 0;
+// Queue a frame: header and range headers copied into the frame, payload
+// parts referenced (they stay valid until the frame has left).
+void push_frame(Peer& peer, uint32_t type, uint64_t a, uint64_t b, const std::vector<char>& meta,
+                const std::vector<std::pair<const char*, size_t>>& parts) {
+  OutFrame f;
+  size_t len = meta.size();
   for (auto& [p, n] : parts) len += n;
-  std::vector<char> f(sizeof(FrameHdr) + len);
   FrameHdr h{kFrameMagic, type, a, b, len};
-  memcpy(f.data(), &h, sizeof(h));
-  size_t at = sizeof(h);
-  for (auto& [p, n] : parts) {
-    if (n) memcpy(f.data() + at, p, n);
-    at += n;
-  }
+  f.own.resize(sizeof(h) + meta.size());
+  memcpy(f.own.data(), &h, sizeof(h));
+  if (!meta.empty()) memcpy(f.own.data() + sizeof(h), meta.data(), meta.size());
+  f.total = f.own.size();
   peer.outq.push_back(std::move(f));
+  OutFrame& q = peer.outq.back();
+  q.parts.push_back({q.own.data(), q.own.size()});
+  for (auto& part : parts) {
+    if (!part.second) continue;
+    q.parts.push_back(part);
+    q.total += part.second;
+  }
+}
+
+bool send_some(Peer& peer) {  // false: the socket is full
+  while (!peer.outq.empty()) {
+    OutFrame& f = peer.outq.front();
+    iovec iov[64];
+    int n = 0;
+    size_t skip = f.sent;
+    for (auto& [p, len] : f.parts) {
+      if (skip >= len) {
+        skip -= len;
+        continue;
+      }
+      if (n == 64) break;
+      iov[n].iov_base = const_cast<char*>(p) + skip;
+      iov[n].iov_len = len - skip;
+      skip = 0;
+      ++n;
+    }
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = size_t(n);
+    ssize_t w = sendmsg(peer.sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
+      return true;  // reported by the caller through send failing again
+    }
+    f.sent += size_t(w);
+    if (f.sent == f.total) peer.outq.pop_front();
+  }
+  return true;
 }
 
 // A whole frame from rank p has arrived: apply a round to the mirror, keep
 // a message for its receive.
-void deliver(occlComm* c, int p, const FrameHdr& h, std::vector<char>& body) {
+void deliver(occlComm* c, int p, const FrameHdr& h) {
   Peer& peer = c->peers[size_t(p)];
   if (h.type == kRoundFrame) {
     const uint32_t step = uint32_t(h.a);
     const int par = int((step - 1) & 1u);
-    const char* at = body.data();
+    const char* at = peer.in_body.get();
     memcpy(peer.slot_header(par), at, sizeof(SlotHeader));
     at += sizeof(SlotHeader);
+    // Then the range headers, then the ranges' bytes in the same order.
+    const char* data = at + h.b * sizeof(RangeHdr);
     for (uint64_t i = 0; i < h.b; ++i) {
       RangeHdr r;
-      memcpy(&r, at, sizeof(r));
-      at += sizeof(r);
+      memcpy(&r, at + i * sizeof(RangeHdr), sizeof(r));
       if (r.parity > 1 || r.off + r.len > kSlotBytes)
         throw Error(occlInternalError, format("rank %d sent a malformed round frame", p));
-      memcpy(peer.slot(int(r.parity)) + r.off, at, r.len);
-      at += r.len;
+      memcpy(peer.slot(int(r.parity)) + r.off, data, r.len);
+      data += r.len;
     }
     peer.tcp_step = step;
   } else if (h.type == kMessageFrame) {
-    peer.inbox.push_back(TcpMessage{int64_t(h.a), std::move(body)});
+    peer.inbox.push_back(TcpMessage{int64_t(h.a), std::move(peer.in_body), size_t(h.len)});
+    peer.in_cap = 0;
   } else {
     throw Error(occlInternalError, format("rank %d sent an unknown frame", p));
   }
@@ -320,20 +361,10 @@ void occlComm::tcp_pump(const OpCtx& ctx, int timeout_ms) {
     const int p = who[i];
     Peer& peer = peers[size_t(p)];
     if (pfs[i].revents & POLLOUT) {
-      while (!peer.outq.empty()) {
-        std::vector<char>& f = peer.outq.front();
-        ssize_t w = send(peer.sock, f.data() + peer.out_off, f.size() - peer.out_off,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0) {
-          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-          lost(this, ctx, p, "broke");
-        }
-        peer.out_off += size_t(w);
-        if (peer.out_off == f.size()) {
-          peer.outq.pop_front();
-          peer.out_off = 0;
-        }
-      }
+      const size_t before = peer.outq.size();
+      if (send_some(peer) && !peer.outq.empty() && peer.outq.size() == before &&
+          peer.outq.front().sent == 0)
+        lost(this, ctx, p, "broke");
     }
     if (pfs[i].revents & (POLLIN | POLLHUP | POLLERR)) {
       constexpr size_t kH = sizeof(FrameHdr);
@@ -358,12 +389,15 @@ void occlComm::tcp_pump(const OpCtx& ctx, int timeout_ms) {
           if (peer.in_got < kH) continue;
           memcpy(&h, peer.in_hdr.data(), kH);
           if (h.magic != kFrameMagic) lost(this, ctx, p, "carried garbage");
-          peer.in_body.resize(size_t(h.len));
+          if (peer.in_cap < h.len || !peer.in_body) {
+            peer.in_body.reset(new char[std::max<size_t>(1, size_t(h.len))]);
+            peer.in_cap = size_t(h.len);
+          }
         }
         memcpy(&h, peer.in_hdr.data(), kH);
         size_t got = peer.in_got - kH;
         if (got < h.len) {
-          ssize_t r = recv(peer.sock, peer.in_body.data() + got, size_t(h.len) - got, MSG_DONTWAIT);
+          ssize_t r = recv(peer.sock, peer.in_body.get() + got, size_t(h.len) - got, MSG_DONTWAIT);
           if (r == 0) lost(this, ctx, p, "was closed");
           if (r < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
@@ -373,10 +407,8 @@ void occlComm::tcp_pump(const OpCtx& ctx, int timeout_ms) {
           got += size_t(r);
         }
         if (got == h.len) {
-          std::vector<char> body;
-          body.swap(peer.in_body);
           peer.in_got = 0;
-          deliver(this, p, h, body);
+          deliver(this, p, h);
         }
       }
     }
@@ -388,21 +420,30 @@ void occlComm::tcp_pump(const OpCtx& ctx, int timeout_ms) {
 // slot ranges written since the last round, then move frames until every
 // TCP peer's frame of this round has arrived and ours have left.
 void occlComm::tcp_round(const OpCtx& ctx, uint32_t target) {
-  std::vector<RangeHdr> ranges;
-  for (int par = 0; par < 2; ++par) {
-    if (dirty_hi[par] > dirty_lo[par])
-      ranges.push_back(RangeHdr{uint64_t(par), dirty_lo[par], dirty_hi[par] - dirty_lo[par]});
-    dirty_lo[par] = SIZE_MAX;
-    dirty_hi[par] = 0;
+  const SlotHeader* hdr = self().slot_header(int((target - 1) & 1u));
+  for (Peer& peer : peers) {
+    if (!peer.tcp) continue;
+    std::vector<char> meta(sizeof(SlotHeader));
+    memcpy(meta.data(), hdr, sizeof(SlotHeader));
+    std::vector<std::pair<const char*, size_t>> parts;
+    uint64_t nranges = 0;
+    // Body: the slot header, the range headers, then the ranges' bytes
+    // (sent straight from the slots) in the same order.
+    for (int par = 0; par < 2; ++par) {
+      if (peer.dirty_hi[par] > peer.dirty_lo[par]) {
+        RangeHdr r{uint64_t(par), peer.dirty_lo[par], peer.dirty_hi[par] - peer.dirty_lo[par]};
+        const size_t at = meta.size();
+        meta.resize(at + sizeof(r));
+        memcpy(meta.data() + at, &r, sizeof(r));
+        parts.push_back({self().slot(par) + r.off, size_t(r.len)});
+        ++nranges;
+      }
+      peer.dirty_lo[par] = SIZE_MAX;
+      peer.dirty_hi[par] = 0;
+    }
+    push_frame(peer, kRoundFrame, target, nranges, meta, parts);
+    send_some(peer);
   }
-  std::vector<std::pair<const void*, size_t>> parts;
-  parts.push_back({self().slot_header(int((target - 1) & 1u)), sizeof(SlotHeader)});
-  for (const RangeHdr& r : ranges) {
-    parts.push_back({&r, sizeof(r)});
-    parts.push_back({self().slot(int(r.parity)) + r.off, size_t(r.len)});
-  }
-  for (Peer& peer : peers)
-    if (peer.tcp) push_frame(peer, kRoundFrame, target, ranges.size(), parts);
   for (;;) {
     int behind = -1;
     bool sending = false;
@@ -437,7 +478,8 @@ void occlComm::tcp_flush(const OpCtx& ctx) {
 }
 
 void occlComm::tcp_send_message(int p, int64_t tag, const char* data, size_t bytes) {
-  push_frame(peers[size_t(p)], kMessageFrame, uint64_t(tag), bytes, {{data, bytes}});
+  push_frame(peers[size_t(p)], kMessageFrame, uint64_t(tag), bytes, {}, {{data, bytes}});
+  send_some(peers[size_t(p)]);
 }
 
 void occlComm::tcp_check_open(const OpCtx& ctx, int p) {
