@@ -310,24 +310,50 @@ bool send_some(Peer& peer) {  // false: the socket is full
 
 // A whole frame from rank p has arrived: apply a round to the mirror, keep
 // a message for its receive.
+// A round frame's body: the slot header, the range headers, then the
+// ranges' bytes in the same order.
+size_t round_meta_len(const FrameHdr& h) {
+  return sizeof(SlotHeader) + size_t(h.b) * sizeof(RangeHdr);
+}
+
+// Where byte `got` of the body of the frame being received goes, and how
+// many bytes from there belong together.
+void body_target(occlComm* c, int p, const FrameHdr& h, size_t got, char** dst, size_t* want) {
+  Peer& peer = c->peers[size_t(p)];
+  if (h.type != kRoundFrame) {
+    *dst = peer.in_body.get() + got;
+    *want = size_t(h.len) - got;
+    return;
+  }
+  const size_t meta = round_meta_len(h);
+  if (got < meta) {
+    *dst = peer.in_body.get() + got;
+    *want = meta - got;
+    return;
+  }
+  size_t rel = got - meta;
+  const char* ranges = peer.in_body.get() + sizeof(SlotHeader);
+  for (uint64_t i = 0; i < h.b; ++i) {
+    RangeHdr r;
+    memcpy(&r, ranges + i * sizeof(RangeHdr), sizeof(r));
+    if (r.parity > 1 || r.off + r.len > kSlotBytes)
+      throw Error(occlInternalError, format("rank %d sent a malformed round frame", p));
+    if (rel < r.len) {
+      *dst = peer.slot(int(r.parity)) + r.off + rel;
+      *want = size_t(r.len - rel);
+      return;
+    }
+    rel -= r.len;
+  }
+  throw Error(occlInternalError, format("rank %d sent a malformed round frame", p));
+}
+
 void deliver(occlComm* c, int p, const FrameHdr& h) {
   Peer& peer = c->peers[size_t(p)];
   if (h.type == kRoundFrame) {
+    // The ranges are already in the mirror; the header completes the round.
     const uint32_t step = uint32_t(h.a);
-    const int par = int((step - 1) & 1u);
-    const char* at = peer.in_body.get();
-    memcpy(peer.slot_header(par), at, sizeof(SlotHeader));
-    at += sizeof(SlotHeader);
-    // Then the range headers, then the ranges' bytes in the same order.
-    const char* data = at + h.b * sizeof(RangeHdr);
-    for (uint64_t i = 0; i < h.b; ++i) {
-      RangeHdr r;
-      memcpy(&r, at + i * sizeof(RangeHdr), sizeof(r));
-      if (r.parity > 1 || r.off + r.len > kSlotBytes)
-        throw Error(occlInternalError, format("rank %d sent a malformed round frame", p));
-      memcpy(peer.slot(int(r.parity)) + r.off, data, r.len);
-      data += r.len;
-    }
+    memcpy(peer.slot_header(int((step - 1) & 1u)), peer.in_body.get(), sizeof(SlotHeader));
     peer.tcp_step = step;
   } else if (h.type == kMessageFrame) {
     peer.inbox.push_back(TcpMessage{int64_t(h.a), std::move(peer.in_body), size_t(h.len)});
@@ -389,15 +415,21 @@ void occlComm::tcp_pump(const OpCtx& ctx, int timeout_ms) {
           if (peer.in_got < kH) continue;
           memcpy(&h, peer.in_hdr.data(), kH);
           if (h.magic != kFrameMagic) lost(this, ctx, p, "carried garbage");
-          if (peer.in_cap < h.len || !peer.in_body) {
-            peer.in_body.reset(new char[std::max<size_t>(1, size_t(h.len))]);
-            peer.in_cap = size_t(h.len);
+          // A round frame's slot data goes straight into the mirror: only
+          // its header part is buffered. A message is buffered whole.
+          const size_t buffered = h.type == kRoundFrame ? round_meta_len(h) : size_t(h.len);
+          if (peer.in_cap < buffered || !peer.in_body) {
+            peer.in_body.reset(new char[std::max<size_t>(1, buffered)]);
+            peer.in_cap = buffered;
           }
         }
         memcpy(&h, peer.in_hdr.data(), kH);
         size_t got = peer.in_got - kH;
         if (got < h.len) {
-          ssize_t r = recv(peer.sock, peer.in_body.get() + got, size_t(h.len) - got, MSG_DONTWAIT);
+          char* dst;
+          size_t want;
+          body_target(this, p, h, got, &dst, &want);
+          ssize_t r = recv(peer.sock, dst, want, MSG_DONTWAIT);
           if (r == 0) lost(this, ctx, p, "was closed");
           if (r < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
