@@ -3,7 +3,8 @@ collectives between ranks on this machine, both backends in one run.
 
     python benchmarks/collectives.py            # 2 and 4 ranks, full sizes
     python benchmarks/collectives.py --quick    # a smoke run (tests/benchmarks)
-    python benchmarks/collectives.py --plot docs/collectives.png
+    python benchmarks/collectives.py --variants zero-copy,copy-in,tcp \
+        --plot docs/images/collectives.png        # every transport, and the plot
 
 Each rank times every operation (medians over iterations, after warm-up) with
 occl on openreg tensors and gloo on CPU tensors; rank 0 prints a table and
@@ -77,14 +78,23 @@ def worker(quick):
     dist.destroy_process_group()
 
 
-def launch(nranks, quick, timeout):
+# How occl reaches its peers in each run: zero copy (the default in strict
+# mode), copy-in through the shared-memory slots, and TCP over loopback.
+VARIANTS = {
+    "zero-copy": {},
+    "copy-in": {"OCCL_ZERO_COPY": "0"},
+    "tcp": {"OCCL_TRANSPORT": "tcp"},
+}
+
+
+def launch(nranks, quick, timeout, extra_env=None):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
     for r in range(nranks):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(nranks), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), LOCAL_RANK=str(r))
+                   MASTER_PORT=str(port), LOCAL_RANK=str(r), **(extra_env or {}))
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker"] + (["--quick"] if quick else []),
                                       env=env, stdout=subprocess.PIPE, text=True))
     try:
@@ -110,41 +120,67 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--plot", default=None, help="write a PNG of bus bandwidth against size")
+    ap.add_argument("--variants", default="zero-copy",
+                    help="occl transports to measure, comma-separated: " + ",".join(VARIANTS))
+    ap.add_argument("--json", default=None, help="write every measurement here")
     args = ap.parse_args()
     if args.worker:
         return worker(args.quick)
     all_rows = {}
+    variants = args.variants.split(",")
     for n in map(int, args.ranks.split(",")):
-        rows = launch(n, args.quick, timeout=120 if args.quick else 1200)
-        all_rows[n] = rows
-        print(f"\n{n} ranks{' (quick)' if args.quick else ''}")
-        print(f"{'op':<15}{'size':>9}{'occl us':>11}{'gloo us':>11}{'occl busbw':>12}{'gloo busbw':>12}"
-              f"{'ratio':>8}")
-        by = {(r["op"], r["bytes"], r["backend"]): r for r in rows}
-        for op, size in cases(args.quick):
-            o, g = by[(op, size, "occl")], by[(op, size, "gloo")]
-            # latency-bound: ratio of times (gloo/occl); else bus bandwidth (occl/gloo)
-            ratio = g["us"] / o["us"]
-            print(f"{op:<15}{fmt_size(size):>9}{o['us']:>11.1f}{g['us']:>11.1f}"
-                  f"{o['busbw']:>10.2f}GB{g['busbw']:>10.2f}GB{ratio:>7.2f}x")
-    print("\nratio = gloo time / occl time (above 1: occl is faster)")
+        for variant in variants:
+            rows = launch(n, args.quick, timeout=120 if args.quick else 1200,
+                          extra_env=VARIANTS[variant])
+            all_rows[(n, variant)] = rows
+            print(f"\n{n} ranks, occl {variant}{' (quick)' if args.quick else ''}")
+            print(f"{'op':<15}{'size':>9}{'occl us':>11}{'gloo us':>11}{'occl busbw':>12}"
+                  f"{'gloo busbw':>12}{'ratio':>8}")
+            by = {(r["op"], r["bytes"], r["backend"]): r for r in rows}
+            for op, size in cases(args.quick):
+                o, g = by[(op, size, "occl")], by[(op, size, "gloo")]
+                # latency-bound: ratio of times (gloo/occl); else bus bandwidth (occl/gloo)
+                ratio = g["us"] / o["us"]
+                print(f"{op:<15}{fmt_size(size):>9}{o['us']:>11.1f}{g['us']:>11.1f}"
+                      f"{o['busbw']:>10.2f}GB{g['busbw']:>10.2f}GB{ratio:>7.2f}x", flush=True)
+    print("\nratio = gloo time / occl time (above 1: occl is faster); gloo is measured in the "
+          "same run as each occl variant")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({f"{n} {v}": rows for (n, v), rows in all_rows.items()}, f, indent=1)
     if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for n, rows in all_rows.items():
-            for backend, style in (("occl", "-o"), ("gloo", "--s")):
-                pts = sorted((r["bytes"], r["busbw"]) for r in rows
-                             if r["backend"] == backend and r["op"] == "allreduce" and r["bytes"] >= MiB)
-                ax.plot([p[0] / MiB for p in pts], [p[1] for p in pts], style, label=f"{backend}, {n} ranks")
+        plot(all_rows, args.plot)
+
+
+def plot(all_rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ranks = sorted({n for n, _ in all_rows})
+    fig, axes = plt.subplots(1, len(ranks), figsize=(5.5 * len(ranks), 4), squeeze=False)
+    styles = {"zero-copy": "-o", "copy-in": "-^", "tcp": "-v"}
+    for ax, n in zip(axes[0], ranks):
+        gloo = []
+        for (m, variant), rows in sorted(all_rows.items()):
+            if m != n:
+                continue
+            pts = sorted((r["bytes"], r["busbw"]) for r in rows
+                         if r["backend"] == "occl" and r["op"] == "allreduce" and r["bytes"] >= MiB)
+            ax.plot([p[0] / MiB for p in pts], [p[1] for p in pts], styles.get(variant, "-o"),
+                    label=f"occl {variant}")
+            gloo += [(r["bytes"], r["busbw"]) for r in rows
+                     if r["backend"] == "gloo" and r["op"] == "allreduce" and r["bytes"] >= MiB]
+        sizes = sorted({b for b, _ in gloo})
+        # gloo was measured once per occl run: plot the median of its runs
+        med = [statistics.median([bw for b, bw in gloo if b == s]) for s in sizes]
+        ax.plot([s / MiB for s in sizes], med, "--s", color="gray", label="gloo (CPU tensors)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("all-reduce size (MiB)")
         ax.set_ylabel("bus bandwidth (GB/s)")
-        ax.set_title("all-reduce bus bandwidth on one host")
+        ax.set_title(f"all-reduce, {n} ranks on one host")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=100)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 // ProcessGroupOCCL: c10d's Backend API on top of liboccl (see the header).
 #include "ProcessGroupOCCL.hpp"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/StreamGuard.h>
@@ -290,6 +292,39 @@ occlComm_t ProcessGroupOCCL::comm_for(const at::Device& device) {
   // [docs:occl-stream:end]
   return comm;
 }
+
+// [docs:occl-split-glue]
+// dist.split_group: every rank of this group calls split() with the ranks of
+// its own new group (sorted, disjoint from the other new groups), or with a
+// group it is not in. The smallest rank names the group (the color), the
+// position in it is the new rank (the key); liboccl splits the communicator
+// without the store, and the new process group starts with it.
+c10::intrusive_ptr<c10d::Backend> ProcessGroupOCCL::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  const auto it = std::find(ranks.begin(), ranks.end(), getRank());
+  const bool member = it != ranks.end();
+  const int color = member ? *std::min_element(ranks.begin(), ranks.end()) : OCCL_SPLIT_NOCOLOR;
+  const int key = member ? int(it - ranks.begin()) : 0;
+  const at::Device device =
+      device_ ? *device_ : at::Device(c10::DeviceType::PrivateUse1, current_device());
+  occlComm_t parent = comm_for(device);
+  auto new_opts = c10::make_intrusive<Options>(opts ? opts->timeout : options_->timeout);
+  new_opts->group_name = opts ? opts->group_name : options_->group_name;
+  const std::string name = new_opts->group_name.empty() ? "split" : new_opts->group_name;
+  occlConfig_t cfg{device.index(), int64_t(new_opts->timeout.count()), name.c_str()};
+  occlComm_t comm = nullptr;
+  if (occlCommSplit(parent, color, key, &comm, &cfg) != occlSuccess)
+    throw_dist(c10::str("OCCL: splitting the communicator on rank ", getRank(), " failed: ",
+                        occlGetLastError()));
+  if (!member) return nullptr;
+  auto pg = c10::make_intrusive<ProcessGroupOCCL>(store, key, int(ranks.size()), new_opts);
+  pg->sh_->comm = comm;
+  pg->device_ = device;
+  pg->sh_->stream = getNewStream(device.index(), 0);
+  return pg;
+}
+// [docs:occl-split-glue:end]
 
 void OcclShared::watch(c10::intrusive_ptr<WorkOCCL> work) {
   std::lock_guard<std::mutex> g(wd_mu);

@@ -158,6 +158,12 @@ class ProcessGroupOCCL : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   void abort() override;
   void shutdown() override;
+  // dist.split_group: a sub-communicator made by occlCommSplit of this one.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts)
+      override;
 
   // For tests and docs: how this rank reaches its peers, the OCCL stream.
   std::string transport();

@@ -24,6 +24,15 @@ PYBIND11_MODULE(_occl, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("group_name") = "", py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("transport", &torch_openreg::ProcessGroupOCCL::transport)
+      // dist.split_group deep-copies `backend.options` as the new group's
+      // options unless given some; None makes c10d pass none, and split()
+      // then starts from this group's options (timeout, name).
+      .def_property_readonly("options", [](torch_openreg::ProcessGroupOCCL&) { return py::none(); })
+      // dist.new_group calls this on ranks left out of the new group when the
+      // default group can split (as ncclCommSplit needs every rank). c10d
+      // splits only NCCL's members that way; a custom backend's members
+      // bootstrap through the store, so there is nothing here to match.
+      .def("perform_nocolor_split", [](torch_openreg::ProcessGroupOCCL&, py::object) {})
       .def_property_readonly("occl_stream", [](torch_openreg::ProcessGroupOCCL& pg) {
         c10::Stream s = pg.occlStream();
         return py::make_tuple(s.id(), s.device_index(), int(s.device_type()));

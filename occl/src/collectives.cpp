@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 using namespace occl;
@@ -92,8 +93,10 @@ orError_t run_op(void* p) {
   }
   if (debug_enabled()) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    std::string what = op->describe;
+    std::replace(what.begin(), what.end(), '\n', ' ');
     fprintf(stderr, "[occl %s rank %d] %s seq %llu %s: %.3f ms%s\n", c->name.c_str(), c->rank,
-            op->name, (unsigned long long)op->seq, op->describe.c_str(), ms,
+            op->name, (unsigned long long)op->seq, what.c_str(), ms,
             ok ? "" : " FAILED");
   }
   c->completed.store(op->seq, std::memory_order_release);
@@ -109,6 +112,12 @@ occlResult_t enqueue(occlComm* c, const char* name, std::string describe, orStre
   auto* op = new Op{c, 0, name, std::move(describe), std::move(body)};
   op->seq = c->enqueued.fetch_add(1) + 1;
   c->inflight.fetch_add(1);
+  const char* collective = strncmp(name, "occl:", 5) == 0 ? name + 5 : name;
+  orTraceSetLaunchAnnotation(
+      format("Collective name=\"%s\"\nGroup size=%d\nSeq=%llu\nProcess Group Name=\"%s\"%s%s",
+             collective, c->nranks, (unsigned long long)op->seq, c->name.c_str(),
+             op->describe.empty() ? "" : "\n", op->describe.c_str())
+          .c_str());
   if (orLaunchKernel(stream, run_op, op, name, orLaunchNeverInline) != orSuccess) {
     orGetLastError();
     c->inflight.fetch_sub(1);
@@ -178,9 +187,11 @@ occlResult_t guarded(const char* call, F&& f) {
   }
 }
 
+// A collective's message, as "key=value" lines: logged with OCCL_DEBUG=1 and
+// attached to its launch for profilers (orTraceSetLaunchAnnotation), as the
+// c10d metadata of NCCL traces.
 std::string describe(size_t count, occlDataType_t t, const char* extra = "") {
-  if (!debug_enabled()) return {};
-  return format("count %zu %s%s", count, type_name(t), extra);
+  return format("In msg nelems=%zu\ndtype=\"%s\"%s", count, type_name(t), extra);
 }
 
 // ------------------------------------------------------------ algorithms
@@ -204,20 +215,29 @@ void allreduce_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
   const bool want = root < 0 || root == c->rank;
   if (count * es <= kSmallAllReduce) {
     const int par = c->parity();
-    if (count) memcpy(c->self().slot(par), in, count * es);
+    if (count) memcpy(c->wslot(par, 0, count * es), in, count * es);
     c->post_and_wait(ctx, desc(kind, t, seq, count, root, op.kind, 0));
     if (!want) return;
     for (int p = 0; p < n; ++p) srcs[size_t(p)] = c->peers[size_t(p)].slot(par);
     reduce(out, srcs.data(), n, count, t, op, n);
     return;
   }
-  const size_t chunk = kSlotBytes / 2 / es;  // elements per round
+  const size_t chunk = c->slot_bytes / 2 / es;  // elements per round
   const size_t share_off = chunk * es;       // share area after the input area
   const size_t nchunks = ceil_div(count, chunk);
   auto chunk_len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
   for (size_t k = 0; k <= nchunks; ++k) {
     const int par = c->parity();
-    if (k < nchunks) memcpy(c->self().slot(par), in + k * chunk * es, chunk_len(k) * es);
+    if (k < nchunks) {
+      // Rank p reads only its share of this chunk from our slot (TCP peers
+      // are sent only that).
+      memcpy(c->self().slot(par), in + k * chunk * es, chunk_len(k) * es);
+      for (int p = 0; p < n; ++p) {
+        size_t o, l;
+        part(chunk_len(k), n, p, &o, &l);
+        c->wslot(par, o * es, l * es, p);
+      }
+    }
     c->post_and_wait(ctx, desc(kind, t, seq, count, root, op.kind, uint32_t(k)));
     if (k >= 1 && want) {  // gather the reduced shares of chunk k-1
       const size_t len = chunk_len(k - 1);
@@ -232,11 +252,172 @@ void allreduce_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
       size_t o, l;
       part(chunk_len(k), n, c->rank, &o, &l);
       for (int p = 0; p < n; ++p) srcs[size_t(p)] = c->peers[size_t(p)].slot(par) + o * es;
-      reduce(c->self().slot(par ^ 1) + share_off + o * es, srcs.data(), n, l, t, op, n);
+      reduce(c->wslot(par ^ 1, share_off + o * es, l * es), srcs.data(), n, l, t, op, n);
     }
   }
 }
 // [docs:occl-allreduce:end]
+
+
+// ------------------------------------------------------------ zero copy
+// Large collectives when every rank's device memory can be mapped (strict
+// mode): the ranks swap IPC handles of their buffers in one round, and then
+// read each other's device buffers in place (opened once, cached).
+struct IpcBuf {
+  orIpcMemHandle_t handle;
+  uint64_t off;  // of the buffer inside the exported allocation
+};
+struct ZcPost {
+  IpcBuf in, out;
+};
+
+bool use_zero_copy(const occlComm* c, size_t bytes) {
+  return c->zero_copy && c->nranks > 1 && bytes > kSmallAllReduce;
+}
+
+size_t zc_chunk_bytes() {
+  static const size_t v = [] {
+    const char* e = getenv("OCCL_ZC_CHUNK");
+    const long long k = e ? atoll(e) : 0;
+    return k > 0 ? size_t(k) : size_t(2) << 20;
+  }();
+  return v;
+}
+
+void export_buffer(const void* dev, IpcBuf* b) {
+  memset(b, 0, sizeof(*b));
+  if (!dev) return;
+  orPointerAttributes a;
+  if (orIpcGetMemHandle(&b->handle, const_cast<void*>(dev)) != orSuccess ||
+      orPointerGetAttributes(&a, dev) != orSuccess || !a.devicePointer) {
+    orGetLastError();
+    throw Error(occlSystemError, format("cannot export device buffer %p: %s", dev,
+                                        orGetLastErrorMessage()));
+  }
+  b->off = uint64_t(static_cast<const char*>(dev) - static_cast<const char*>(a.devicePointer));
+}
+
+// Round 0 of a zero-copy collective: publish this rank's buffers, wait for
+// everyone's, map theirs. pin/pout[p] are kernel-view addresses of rank p's
+// input and output (this rank's own: in/out).
+void exchange_buffers(occlComm* c, const OpCtx& ctx, const OpDesc& d, const void* send_dev,
+                      const void* recv_dev, const char* in, char* out,
+                      std::vector<const char*>& pin, std::vector<char*>& pout) {
+  const int par = c->parity();
+  auto* mine = reinterpret_cast<ZcPost*>(c->self().slot(par));
+  export_buffer(send_dev, &mine->in);
+  export_buffer(recv_dev, &mine->out);
+  c->post_and_wait(ctx, d);
+  pin.assign(size_t(c->nranks), nullptr);
+  pout.assign(size_t(c->nranks), nullptr);
+  for (int p = 0; p < c->nranks; ++p) {
+    if (p == c->rank) {
+      pin[size_t(p)] = in;
+      pout[size_t(p)] = out;
+      continue;
+    }
+    ZcPost theirs;
+    memcpy(&theirs, c->peers[size_t(p)].slot(par), sizeof(theirs));
+    const IpcBuf none{};
+    if (memcmp(&theirs.in, &none, sizeof(none)) != 0)
+      pin[size_t(p)] = c->peer_buffer(p, theirs.in.handle, theirs.in.off);
+    if (memcmp(&theirs.out, &none, sizeof(none)) != 0)
+      pout[size_t(p)] = c->peer_buffer(p, theirs.out.handle, theirs.out.off);
+  }
+}
+
+// [docs:occl-allreduce-zc]
+// Zero-copy all-reduce: after the handle round, in round k each rank reduces
+// its 1/n share of chunk k straight from every rank's input buffer into its
+// own output, and copies the other ranks' reduced shares of chunk k-1 from
+// their output buffers into its own. The last round tells everyone that all
+// reads of their buffers are done, so they may return (and reuse them).
+// No copy-in, no staging: each byte is read once to reduce and once to
+// gather. In place (in == out) is safe: a rank writes only its own share of
+// its buffer while the peers read the other shares. Sources are reduced in
+// rank order, so every share is computed as the copy-in path computes it.
+void allreduce_zc(occlComm* c, const OpCtx& ctx, const void* send_dev, void* recv_dev,
+                  const char* in, char* out, size_t count, occlDataType_t t, occlRedOp_t op) {
+  const size_t es = occlTypeSize(t);
+  const int n = c->nranks, me = c->rank;
+  const uint64_t seq = ++c->coll_seq;
+  std::vector<const char*> pin;
+  std::vector<char*> pout;
+  exchange_buffers(c, ctx, desc(kAllReduce, t, seq, count, -1, op.kind, 0), send_dev, recv_dev,
+                   in, out, pin, pout);
+  const size_t chunk = std::max<size_t>(1, zc_chunk_bytes() / es);
+  const size_t nchunks = ceil_div(count, chunk);
+  auto chunk_len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
+  std::vector<const void*> srcs(size_t(n), nullptr);
+  for (size_t k = 0; k <= nchunks; ++k) {
+    if (k < nchunks) {
+      size_t o, l;
+      part(chunk_len(k), n, me, &o, &l);
+      const size_t at = (k * chunk + o) * es;
+      for (int p = 0; p < n; ++p) srcs[size_t(p)] = pin[size_t(p)] + at;
+      reduce(out + at, srcs.data(), n, l, t, op, n);  // out may alias srcs[me]
+    }
+    if (k >= 1) {
+      const size_t len = chunk_len(k - 1);
+      for (int p = 0; p < n; ++p) {
+        if (p == me) continue;
+        size_t o, l;
+        part(len, n, p, &o, &l);
+        const size_t at = ((k - 1) * chunk + o) * es;
+        memcpy(out + at, pout[size_t(p)] + at, l * es);
+      }
+    }
+    c->post_and_wait(ctx, desc(kAllReduce, t, seq, count, -1, op.kind, uint32_t(k + 1)));
+  }
+}
+// [docs:occl-allreduce-zc:end]
+
+void broadcast_zc(occlComm* c, const OpCtx& ctx, const void* send_dev, void* recv_dev,
+                  const char* in, char* out, size_t count, occlDataType_t t, int root) {
+  const size_t bytes = count * occlTypeSize(t);
+  const uint64_t seq = ++c->coll_seq;
+  std::vector<const char*> pin;
+  std::vector<char*> pout;
+  exchange_buffers(c, ctx, desc(kBroadcast, t, seq, count, root, occlSum, 0),
+                   c->rank == root ? send_dev : nullptr, nullptr, in, out, pin, pout);
+  if (c->rank == root) {
+    if (in != out) memmove(out, in, bytes);
+  } else {
+    memcpy(out, pin[size_t(root)], bytes);
+  }
+  c->post_and_wait(ctx, desc(kBroadcast, t, seq, count, root, occlSum, 1));
+}
+
+void allgather_zc(occlComm* c, const OpCtx& ctx, const void* send_dev, const char* in, char* out,
+                  size_t count, occlDataType_t t) {
+  const size_t bytes = count * occlTypeSize(t);
+  const uint64_t seq = ++c->coll_seq;
+  std::vector<const char*> pin;
+  std::vector<char*> pout;
+  exchange_buffers(c, ctx, desc(kAllGather, t, seq, count, -1, occlSum, 0), send_dev, nullptr,
+                   in, out, pin, pout);
+  for (int p = 0; p < c->nranks; ++p) {
+    char* dst = out + size_t(p) * bytes;
+    if (pin[size_t(p)] != dst) memmove(dst, pin[size_t(p)], bytes);
+  }
+  c->post_and_wait(ctx, desc(kAllGather, t, seq, count, -1, occlSum, 1));
+}
+
+void reduce_scatter_zc(occlComm* c, const OpCtx& ctx, const void* send_dev, const char* in,
+                       char* out, size_t count, occlDataType_t t, occlRedOp_t op) {
+  const size_t es = occlTypeSize(t);
+  const int n = c->nranks, me = c->rank;
+  const uint64_t seq = ++c->coll_seq;
+  std::vector<const char*> pin;
+  std::vector<char*> pout;
+  exchange_buffers(c, ctx, desc(kReduceScatter, t, seq, count, -1, op.kind, 0), send_dev,
+                   nullptr, in, out, pin, pout);
+  const size_t at = size_t(me) * count * es;
+  std::vector<const void*> srcs(size_t(n), nullptr);
+  for (int p = 0; p < n; ++p) srcs[size_t(p)] = pin[size_t(p)] + at;
+  reduce(out, srcs.data(), n, count, t, op, n);  // out may alias srcs[me]
+  c->post_and_wait(ctx, desc(kReduceScatter, t, seq, count, -1, op.kind, 1));
+}
 
 void broadcast_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
                    occlDataType_t t, int root) {
@@ -244,11 +425,11 @@ void broadcast_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
   const uint64_t seq = ++c->coll_seq;
   const bool is_root = c->rank == root;
   if (is_root && in != out && bytes) memmove(out, in, bytes);
-  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, kSlotBytes));
+  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, c->slot_bytes));
   for (size_t k = 0; k < rounds; ++k) {
     const int par = c->parity();
-    const size_t off = k * kSlotBytes, len = std::min(kSlotBytes, bytes - std::min(bytes, off));
-    if (is_root && len) memcpy(c->self().slot(par), in + off, len);
+    const size_t off = k * c->slot_bytes, len = std::min(c->slot_bytes, bytes - std::min(bytes, off));
+    if (is_root && len) memcpy(c->wslot(par, 0, len), in + off, len);
     c->post_and_wait(ctx, desc(kBroadcast, t, seq, count, root, occlSum, uint32_t(k)));
     if (!is_root && len) memcpy(out + off, c->peers[size_t(root)].slot(par), len);
   }
@@ -258,11 +439,11 @@ void allgather_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
                    occlDataType_t t) {
   const size_t es = occlTypeSize(t), bytes = count * es;
   const uint64_t seq = ++c->coll_seq;
-  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, kSlotBytes));
+  const size_t rounds = std::max<size_t>(1, ceil_div(bytes, c->slot_bytes));
   for (size_t k = 0; k < rounds; ++k) {
     const int par = c->parity();
-    const size_t off = k * kSlotBytes, len = std::min(kSlotBytes, bytes - std::min(bytes, off));
-    if (len) memcpy(c->self().slot(par), in + off, len);
+    const size_t off = k * c->slot_bytes, len = std::min(c->slot_bytes, bytes - std::min(bytes, off));
+    if (len) memcpy(c->wslot(par, 0, len), in + off, len);
     c->post_and_wait(ctx, desc(kAllGather, t, seq, count, -1, occlSum, uint32_t(k)));
     if (!len) continue;
     for (int p = 0; p < c->nranks; ++p)
@@ -275,14 +456,14 @@ void reduce_scatter_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out
   const size_t es = occlTypeSize(t);
   const int n = c->nranks;
   const uint64_t seq = ++c->coll_seq;
-  const size_t block = kSlotBytes / size_t(n) / es;  // elements per rank per round
+  const size_t block = c->slot_bytes / size_t(n) / es;  // elements per rank per round
   const size_t rounds = std::max<size_t>(1, ceil_div(count, block));
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (size_t k = 0; k < rounds; ++k) {
     const int par = c->parity();
     const size_t off = k * block, len = std::min(block, count - std::min(count, off));
     for (int p = 0; p < n && len; ++p)
-      memcpy(c->self().slot(par) + size_t(p) * block * es, in + (size_t(p) * count + off) * es,
+      memcpy(c->wslot(par, size_t(p) * block * es, len * es, p), in + (size_t(p) * count + off) * es,
              len * es);
     c->post_and_wait(ctx, desc(kReduceScatter, t, seq, count, -1, op.kind, uint32_t(k)));
     if (!len) continue;
@@ -294,7 +475,7 @@ void reduce_scatter_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out
 
 // Pairwise exchange with uneven sizes; gather and scatter are special cases.
 // Round 0 exchanges the send sizes (and checks them against the receive
-// sizes), then every round moves up to kSlotBytes/n bytes of each pair.
+// sizes), then every round moves up to slot_bytes/n bytes of each pair.
 void alltoallv_shm(occlComm* c, const OpCtx& ctx, const char* in, const std::vector<size_t>& scount,
                    const std::vector<size_t>& sdispl, char* out, const std::vector<size_t>& rcount,
                    const std::vector<size_t>& rdispl, occlDataType_t t, uint32_t kind, int root) {
@@ -302,7 +483,7 @@ void alltoallv_shm(occlComm* c, const OpCtx& ctx, const char* in, const std::vec
   const int n = c->nranks;
   const uint64_t seq = ++c->coll_seq;
   int par = c->parity();
-  uint64_t* mine = reinterpret_cast<uint64_t*>(c->self().slot(par));
+  uint64_t* mine = reinterpret_cast<uint64_t*>(c->wslot(par, 0, size_t(n) * sizeof(uint64_t)));
   for (int p = 0; p < n; ++p) mine[p] = scount[size_t(p)];
   c->post_and_wait(ctx, desc(kind, t, seq, 0, root, occlSum, 0));
   size_t biggest = 0;
@@ -317,7 +498,7 @@ void alltoallv_shm(occlComm* c, const OpCtx& ctx, const char* in, const std::vec
                          ctx.name, (unsigned long long)ctx.seq, p, from[size_t(p)], c->rank,
                          rcount[size_t(p)]));
   }
-  const size_t region = kSlotBytes / size_t(n);
+  const size_t region = c->slot_bytes / size_t(n);
   const size_t rounds = ceil_div(biggest * es, region);
   for (size_t k = 0; k < rounds; ++k) {
     par = c->parity();
@@ -325,8 +506,8 @@ void alltoallv_shm(occlComm* c, const OpCtx& ctx, const char* in, const std::vec
     for (int p = 0; p < n; ++p) {
       const size_t b = scount[size_t(p)] * es;
       if (off < b)
-        memcpy(c->self().slot(par) + size_t(p) * region, in + sdispl[size_t(p)] * es + off,
-               std::min(region, b - off));
+        memcpy(c->wslot(par, size_t(p) * region, std::min(region, b - off), p),
+               in + sdispl[size_t(p)] * es + off, std::min(region, b - off));
     }
     c->post_and_wait(ctx, desc(kind, t, seq, 0, root, occlSum, uint32_t(k + 1)));
     for (int p = 0; p < n; ++p) {
@@ -372,8 +553,34 @@ void ring_read(char* dst, const char* data, uint64_t pos, size_t n) {
   if (n > first) memcpy(dst + first, data, n - first);
 }
 
+// Over TCP a send queues the whole message as one frame (sent by the pump,
+// and flushed before the operation ends); a receive takes the next message
+// from the peer's inbox.
+bool progress_send_tcp(occlComm* c, P2P& s) {
+  c->tcp_send_message(s.peer, s.tag, s.buf, s.bytes);
+  s.finished = true;
+  return true;
+}
+
+bool take_tcp_message(occlComm* c, const OpCtx& ctx, P2P& s) {
+  auto& inbox = c->peers[size_t(s.peer)].inbox;
+  if (inbox.empty()) return false;
+  TcpMessage& m = inbox.front();
+  if (m.tag != s.tag || m.bytes != s.bytes)
+    throw Error(occlInvalidUsage,
+                format("%s (seq %llu): rank %d expects %zu bytes with tag %lld from rank %d, whose "
+                       "next message has %zu bytes with tag %lld",
+                       ctx.name, (unsigned long long)ctx.seq, c->rank, s.bytes, (long long)s.tag,
+                       s.peer, m.bytes, (long long)m.tag));
+  if (s.bytes) memcpy(s.buf, m.data.get(), s.bytes);
+  inbox.pop_front();
+  s.finished = true;
+  return true;
+}
+
 // One step of a send; true if it moved anything.
 bool progress_send(occlComm* c, P2P& s) {
+  if (c->peers[size_t(s.peer)].tcp) return progress_send_tcp(c, s);
   RingHeader* r = c->self().ring(s.peer);
   char* data = c->self().ring_data(s.peer);
   const uint64_t head = r->head.load(std::memory_order_relaxed);
@@ -406,6 +613,11 @@ bool progress_recv(occlComm* c, const OpCtx& ctx, P2P& s) {
   if (s.peer < 0) {  // any source: the first peer whose next message has our tag
     for (int p = 0; p < c->nranks && s.peer < 0; ++p) {
       if (p == c->rank) continue;
+      if (c->peers[size_t(p)].tcp) {
+        const auto& inbox = c->peers[size_t(p)].inbox;
+        if (!inbox.empty() && inbox.front().tag == s.tag) s.peer = p;
+        continue;
+      }
       RingHeader* r = c->peers[size_t(p)].ring(c->rank);
       const uint64_t tail = r->tail.load(std::memory_order_relaxed);
       if (r->head.load(std::memory_order_acquire) - tail < sizeof(MsgHeader)) continue;
@@ -416,6 +628,7 @@ bool progress_recv(occlComm* c, const OpCtx& ctx, P2P& s) {
     if (s.peer < 0) return false;
     if (s.source) *s.source = s.peer;
   }
+  if (c->peers[size_t(s.peer)].tcp) return take_tcp_message(c, ctx, s);
   RingHeader* r = c->peers[size_t(s.peer)].ring(c->rank);
   const char* data = c->peers[size_t(s.peer)].ring_data(c->rank);
   const uint64_t tail = r->tail.load(std::memory_order_relaxed);
@@ -467,8 +680,29 @@ void run_p2p(occlComm* c, const OpCtx& ctx, std::vector<P2P>& ops) {
       moved |= s.send ? progress_send(c, s) : progress_recv(c, ctx, s);
       if (!s.finished && s.peer >= 0) (s.send ? busy_send : busy_recv)[size_t(s.peer)] = 1;
     }
-    if (all) return;
+    if (all) {
+      if (c->any_tcp) c->tcp_flush(ctx);  // the last frames leave before the op ends
+      return;
+    }
     if (moved) continue;
+    if (c->any_tcp) {
+      // TCP peers have no doorbell: wait on their sockets (briefly, so the
+      // shared-memory peers' rings are looked at again soon).
+      bool tcp_waited = false;
+      for (P2P& s : ops)
+        tcp_waited = tcp_waited || (!s.finished && (s.peer < 0 || c->peers[size_t(s.peer)].tcp));
+      (void)tcp_waited;
+      c->tcp_pump(ctx, 2);
+      for (P2P& s : ops) {
+        if (s.finished) continue;
+        if (s.peer >= 0 && !s.send && c->peers[size_t(s.peer)].tcp &&
+            c->peers[size_t(s.peer)].inbox.empty())
+          c->tcp_check_open(ctx, s.peer);
+        c->check_peer(ctx, s.peer >= 0 ? s.peer : c->rank, "a matching send/recv");
+        break;
+      }
+      continue;
+    }
     int waiting_for = -1;
     for (P2P& s : ops)
       if (!s.finished) { waiting_for = s.peer; break; }
@@ -532,7 +766,10 @@ occlResult_t occlAllReduce(const void* send, void* recv, size_t count, occlDataT
     const char* in = c->kv(send);
     char* out = c->kv(recv);
     return enqueue(c, "occl:allreduce", describe(count, t), stream, [=](const OpCtx& ctx) {
-      allreduce_shm(c, ctx, in, out, count, t, op, -1, kAllReduce);
+      if (use_zero_copy(c, count * es))
+        allreduce_zc(c, ctx, send, recv, in, out, count, t, op);
+      else
+        allreduce_shm(c, ctx, in, out, count, t, op, -1, kAllReduce);
     });
   });
 }
@@ -565,7 +802,10 @@ occlResult_t occlBroadcast(const void* send, void* recv, size_t count, occlDataT
     const char* in = c->kv(send);
     char* out = c->kv(recv);
     return enqueue(c, "occl:broadcast", describe(count, t), stream, [=](const OpCtx& ctx) {
-      broadcast_shm(c, ctx, in, out, count, t, root);
+      if (use_zero_copy(c, count * es))
+        broadcast_zc(c, ctx, send, recv, in, out, count, t, root);
+      else
+        broadcast_shm(c, ctx, in, out, count, t, root);
     });
   });
 }
@@ -580,7 +820,10 @@ occlResult_t occlAllGather(const void* send, void* recv, size_t count, occlDataT
     const char* in = c->kv(send);
     char* out = c->kv(recv);
     return enqueue(c, "occl:allgather", describe(count, t), stream, [=](const OpCtx& ctx) {
-      allgather_shm(c, ctx, in, out, count, t);
+      if (use_zero_copy(c, count * es))
+        allgather_zc(c, ctx, send, in, out, count, t);
+      else
+        allgather_shm(c, ctx, in, out, count, t);
     });
   });
 }
@@ -596,7 +839,10 @@ occlResult_t occlReduceScatter(const void* send, void* recv, size_t count, occlD
     const char* in = c->kv(send);
     char* out = c->kv(recv);
     return enqueue(c, "occl:reduce_scatter", describe(count, t), stream, [=](const OpCtx& ctx) {
-      reduce_scatter_shm(c, ctx, in, out, count, t, op);
+      if (use_zero_copy(c, count * es))
+        reduce_scatter_zc(c, ctx, send, in, out, count, t, op);
+      else
+        reduce_scatter_shm(c, ctx, in, out, count, t, op);
     });
   });
 }

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -172,8 +173,9 @@ void occlComm::post_and_wait(const OpCtx& ctx, const OpDesc& desc) {
   const uint32_t target = ++step;
   me->step.v.store(target, std::memory_order_release);
   wake(&me->step.v, &me->waiters.v);
+  if (any_tcp) tcp_round(ctx, target);
   for (int p = 0; p < nranks; ++p) {
-    if (p == rank) continue;
+    if (p == rank || peers[size_t(p)].tcp) continue;
     Ctrl* c = peers[size_t(p)].ctrl();
     wait_for(ctx, p, &c->step.v, &c->waiters.v,
              [&] { return int32_t(c->step.v.load(std::memory_order_acquire) - target) >= 0; },
@@ -207,13 +209,16 @@ void occlComm::fail(uint64_t seq, occlResult_t r, const std::string& msg) {
       error_msg = msg;
     }
   }
-  // Tell the peers, so they fail now instead of at their timeout.
+  // Tell the peers, so they fail now instead of at their timeout (TCP
+  // peers see their connection close).
+  for (Peer& p : peers)
+    if (p.tcp && p.sock >= 0) shutdown(p.sock, SHUT_RDWR);
   Ctrl* me = peers.empty() || !self().base ? nullptr : self().ctrl();
   if (me && !me->aborted.v.load()) {
     snprintf(me->abort_reason, sizeof(me->abort_reason), "%s", msg.c_str());
     me->aborted.v.store(1, std::memory_order_seq_cst);
     for (int p = 0; p < nranks; ++p) {
-      if (p == rank || !peers[size_t(p)].base) continue;
+      if (p == rank || !peers[size_t(p)].base || peers[size_t(p)].tcp) continue;
       Ctrl* c = peers[size_t(p)].ctrl();
       wake(&me->step.v, &me->waiters.v);
       c->doorbell.v.fetch_add(1);
@@ -223,20 +228,77 @@ void occlComm::fail(uint64_t seq, occlResult_t r, const std::string& msg) {
   }
 }
 
+char* occlComm::peer_buffer(int p, const orIpcMemHandle_t& handle, uint64_t off) {
+  auto& cache = ipc_cache[size_t(p)];
+  const std::string key(handle.reserved, sizeof(handle.reserved));
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    constexpr size_t kMaxOpen = 64;  // per peer; the least recently used is closed
+    if (cache.size() >= kMaxOpen) {
+      auto lru = cache.begin();
+      for (auto i = cache.begin(); i != cache.end(); ++i)
+        if (i->second.used < lru->second.used) lru = i;
+      orIpcCloseMemHandle(lru->second.dev);
+      cache.erase(lru);
+    }
+    IpcEntry e;
+    if (orIpcOpenMemHandle(&e.dev, handle, orIpcMemLazyEnablePeerAccess) != orSuccess) {
+      orGetLastError();
+      throw Error(occlSystemError, format("cannot map rank %d's device buffer: %s", p,
+                                          orGetLastErrorMessage()));
+    }
+    orPointerAttributes a;
+    if (orPointerGetAttributes(&a, e.dev) != orSuccess || !a.hostPointer) {
+      orGetLastError();
+      orIpcCloseMemHandle(e.dev);
+      throw Error(occlSystemError, format("rank %d's mapped buffer has no kernel view", p));
+    }
+    e.kv = static_cast<char*>(a.hostPointer);
+    it = cache.emplace(key, e).first;
+  }
+  it->second.used = ++ipc_clock;
+  return it->second.kv + off;
+}
+
+void occlComm::close_ipc() {
+  for (auto& cache : ipc_cache) {
+    for (auto& [key, e] : cache) orIpcCloseMemHandle(e.dev);
+    cache.clear();
+  }
+}
+
 void occlComm::unmap_all() {
+  close_ipc();
   for (size_t p = 0; p < peers.size(); ++p) {
     if (peers[p].base) munmap(peers[p].base, seg_bytes);
     if (peers[p].pidfd >= 0) close(peers[p].pidfd);
+    if (peers[p].sock >= 0) close(peers[p].sock);
     peers[p] = Peer{};
   }
   if (memfd >= 0) close(memfd);
   memfd = -1;
+  if (listen_fd >= 0) close(listen_fd);
+  listen_fd = -1;
 }
 
 occlComm::~occlComm() { unmap_all(); }
 
 // ------------------------------------------------------------ bootstrap
 namespace {
+
+// Zero copy needs device memory that peers can map: strict mode (a memfd
+// per device). OCCL_ZERO_COPY=0 turns it off (every rank must agree, so a
+// rank that turns it off turns it off for the communicator).
+bool zero_copy_capable(int device) {
+  const char* v = getenv("OCCL_ZERO_COPY");
+  if (v && strcmp(v, "0") == 0) return false;
+  orDeviceProp prop;
+  if (orGetDeviceProperties(&prop, device) != orSuccess) {
+    orGetLastError();
+    return false;
+  }
+  return prop.strictMemory != 0;
+}
 
 // [docs:occl-bootstrap]
 // Each rank creates its segment as an anonymous memfd (mode 0600, owned by
@@ -245,8 +307,7 @@ namespace {
 // find it. A peer on the same host opens it through /proc/<pid>/fd/<fd>,
 // which the kernel allows only for processes of the same user, and checks a
 // random nonce in its header so a recycled pid cannot impersonate the rank.
-void connect(occlComm* c, occlStore* store) {
-  const std::string me_host = host_identity();
+std::string create_segment(occlComm* c) {
   c->seg_bytes = segment_bytes(c->nranks);
   c->memfd = int(syscall(SYS_memfd_create, "occl-segment", MFD_CLOEXEC));
   if (c->memfd < 0) throw Error(occlSystemError, format("memfd_create: %s", strerror(errno)));
@@ -263,54 +324,124 @@ void connect(occlComm* c, occlStore* store) {
   ctrl->rank = c->rank;
   ctrl->nranks = c->nranks;
   ctrl->pid = getpid();
+  ctrl->zero_copy = zero_copy_capable(c->device) ? 1 : 0;
   if (getrandom(ctrl->nonce, sizeof(ctrl->nonce), 0) != ssize_t(sizeof(ctrl->nonce)))
     throw Error(occlSystemError, "getrandom failed");
   ctrl->magic = kMagic;
-
   std::ostringstream info;
-  info << me_host << " " << getpid() << " " << c->memfd << " " << hex(ctrl->nonce, 16);
-  store->set(c->store_prefix + "occl/rank/" + std::to_string(c->rank), info.str());
+  info << host_identity() << " " << getpid() << " " << c->memfd << " " << hex(ctrl->nonce, 16)
+       << " " << tcp_listen(c) << " " << (tcp_forced() ? 1 : 0);
+  return info.str();
+}
 
+// Reach rank p as it published itself: through shared memory when it runs
+// on this host, over TCP when it does not or when either side forces TCP
+// (OCCL_TRANSPORT=tcp), so both ends of a pair always agree.
+void map_peer(occlComm* c, int p, const std::string& published) {
+  std::istringstream in(published);
+  std::string host, nonce, addr, port;
+  int pid = 0, fd = -1, force = 0;
+  in >> host >> pid >> fd >> nonce >> addr >> port >> force;
+  Peer& peer = c->peers[size_t(p)];
+  if (host != host_identity() || force || tcp_forced()) {
+    void* mirror = mmap(nullptr, c->seg_bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (mirror == MAP_FAILED) throw Error(occlSystemError, format("mmap: %s", strerror(errno)));
+    peer.base = static_cast<char*>(mirror);
+    peer.tcp = true;
+    peer.addr = addr + " " + port;
+    c->any_tcp = true;
+    return;
+  }
+  peer.pid = pid;
+  peer.pidfd = int(syscall(SYS_pidfd_open, pid, 0));
+  std::string path = format("/proc/%d/fd/%d", pid, fd);
+  int pfd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (pfd < 0)
+    throw Error(occlSystemError, format("cannot open rank %d's segment %s: %s", p,
+                                        path.c_str(), strerror(errno)));
+  struct stat st;
+  if (fstat(pfd, &st) != 0 || size_t(st.st_size) != c->seg_bytes) {
+    close(pfd);
+    throw Error(occlInvalidUsage, format("rank %d's segment has the wrong size (world sizes "
+                                         "differ?)", p));
+  }
+  void* pb = mmap(nullptr, c->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+  close(pfd);
+  if (pb == MAP_FAILED) throw Error(occlSystemError, format("mmap: %s", strerror(errno)));
+  peer.base = static_cast<char*>(pb);
+  Ctrl* pc = peer.ctrl();
+  if (pc->magic != kMagic || hex(pc->nonce, 16) != nonce || pc->rank != p ||
+      pc->nranks != c->nranks) {
+    throw Error(occlInvalidUsage,
+                format("the segment published by rank %d does not carry its identity (a "
+                       "different job, or a recycled pid): refused", p));
+  }
+}
+
+void connect(occlComm* c, occlStore* store) {
+  // The job's token, which TCP peers must present: made by rank 0.
+  const std::string job_key = c->store_prefix + "occl/job";
+  if (c->rank == 0) {
+    if (getrandom(c->job_token, sizeof(c->job_token), 0) != ssize_t(sizeof(c->job_token)))
+      throw Error(occlSystemError, "getrandom failed");
+    store->set(job_key, hex(c->job_token, 16));
+  } else {
+    const std::string h = store->get(job_key);
+    for (size_t i = 0; i < 16 && 2 * i + 1 < h.size(); ++i)
+      c->job_token[i] = uint8_t(strtoul(h.substr(2 * i, 2).c_str(), nullptr, 16));
+  }
+  store->set(c->store_prefix + "occl/rank/" + std::to_string(c->rank), create_segment(c));
   for (int p = 0; p < c->nranks; ++p) {
     if (p == c->rank) continue;
-    std::istringstream in(store->get(c->store_prefix + "occl/rank/" + std::to_string(p)));
-    std::string host, nonce;
-    int pid = 0, fd = -1;
-    in >> host >> pid >> fd >> nonce;
-    if (host != me_host) {
-      throw Error(occlSystemError,
-                  format("rank %d runs on another host (%s, this is %s): liboccl has only the "
-                         "shared-memory transport, all ranks must share one host",
-                         p, host.c_str(), me_host.c_str()));
-    }
-    Peer& peer = c->peers[size_t(p)];
-    peer.pid = pid;
-    peer.pidfd = int(syscall(SYS_pidfd_open, pid, 0));
-    std::string path = format("/proc/%d/fd/%d", pid, fd);
-    int pfd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (pfd < 0)
-      throw Error(occlSystemError, format("cannot open rank %d's segment %s: %s", p,
-                                          path.c_str(), strerror(errno)));
-    struct stat st;
-    if (fstat(pfd, &st) != 0 || size_t(st.st_size) != c->seg_bytes) {
-      close(pfd);
-      throw Error(occlInvalidUsage, format("rank %d's segment has the wrong size (world sizes "
-                                           "differ?)", p));
-    }
-    void* pb = mmap(nullptr, c->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
-    close(pfd);
-    if (pb == MAP_FAILED) throw Error(occlSystemError, format("mmap: %s", strerror(errno)));
-    peer.base = static_cast<char*>(pb);
-    Ctrl* pc = peer.ctrl();
-    if (pc->magic != kMagic || hex(pc->nonce, 16) != nonce || pc->rank != p ||
-        pc->nranks != c->nranks) {
-      throw Error(occlInvalidUsage,
-                  format("the segment published by rank %d does not carry its identity (a "
-                         "different job, or a recycled pid): refused", p));
-    }
+    map_peer(c, p, store->get(c->store_prefix + "occl/rank/" + std::to_string(p)));
   }
 }
 // [docs:occl-bootstrap:end]
+
+// Everyone has mapped everyone (checked by one barrier): the memfd's
+// descriptor is no longer needed (the mappings keep the memory alive).
+void finish_init(occlComm* c) {
+  OpCtx ctx{"occl:init", 0, Clock::now() + std::chrono::milliseconds(c->timeout_ms)};
+  if (c->any_tcp) {
+    tcp_connect_all(c, ctx.deadline);
+  } else {
+    close(c->listen_fd);
+    c->listen_fd = -1;
+  }
+  // The barrier also tells everyone whether any pair talks over TCP: then
+  // every rank uses whole slots per round (the rounds' sizes must agree).
+  const int par = c->parity();
+  *c->wslot(par, 0, 1) = c->any_tcp ? 1 : 0;
+  OpDesc d;
+  d.kind = kBarrier;
+  c->post_and_wait(ctx, d);
+  bool tcp_somewhere = false;
+  for (const Peer& p : c->peers) tcp_somewhere = tcp_somewhere || p.slot(par)[0] == 1;
+  c->slot_bytes = tcp_somewhere ? kSlotBytes : kShmSlotBytes;
+  if (c->memfd >= 0) close(c->memfd);
+  c->memfd = -1;
+  c->zero_copy = true;  // mirrors of TCP peers say 0
+  for (const Peer& p : c->peers) c->zero_copy = c->zero_copy && p.ctrl()->zero_copy == 1;
+  c->ipc_cache.resize(size_t(c->nranks));
+}
+
+std::unique_ptr<occlComm> new_comm(int nranks, int rank, const occlConfig_t* cfg) {
+  auto c = std::make_unique<occlComm>();
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = cfg->device;
+  c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30 * 60 * 1000;
+  c->name = cfg->name ? cfg->name : "occl";
+  c->sent_bytes.assign(size_t(nranks), 0);
+  c->recv_bytes.assign(size_t(nranks), 0);
+  if (orDeviceGetKernelViewOffset(cfg->device, &c->kview_offset) != orSuccess) {
+    orGetLastError();
+    throw Error(occlInvalidArgument,
+                format("device openreg:%d: %s", cfg->device, orGetLastErrorMessage()));
+  }
+  return c;
+}
 
 }  // namespace
 
@@ -343,31 +474,15 @@ occlResult_t occlCommInitRank(occlComm_t* out, int nranks, int rank, occlStore* 
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return set_last_error(occlInvalidArgument,
                           format("occlCommInitRank: rank %d out of range for %d ranks", rank, nranks));
-  auto c = std::make_unique<occlComm>();
-  c->rank = rank;
-  c->nranks = nranks;
-  c->device = cfg->device;
-  c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30 * 60 * 1000;
-  c->name = cfg->name ? cfg->name : "occl";
-  c->sent_bytes.assign(size_t(nranks), 0);
-  c->recv_bytes.assign(size_t(nranks), 0);
-  if (orDeviceGetKernelViewOffset(cfg->device, &c->kview_offset) != orSuccess) {
-    orGetLastError();
-    return set_last_error(occlInvalidArgument,
-                          format("occlCommInitRank: device openreg:%d: %s", cfg->device,
-                                 orGetLastErrorMessage()));
+  std::unique_ptr<occlComm> c;
+  try {
+    c = new_comm(nranks, rank, cfg);
+  } catch (const Error& e) {
+    return set_last_error(e.result, std::string("occlCommInitRank: ") + e.what());
   }
   try {
     connect(c.get(), store);
-    // Everyone has mapped everyone: the memfd's descriptor is no longer
-    // needed (the mappings keep the memory alive).
-    OpCtx ctx{"occl:init", 0,
-              Clock::now() + std::chrono::milliseconds(c->timeout_ms)};
-    OpDesc d;
-    d.kind = kBarrier;
-    c->post_and_wait(ctx, d);
-    close(c->memfd);
-    c->memfd = -1;
+    finish_init(c.get());
   } catch (const Error& e) {
     return set_last_error(e.result, std::string("occlCommInitRank: ") + e.what());
   } catch (const std::exception& e) {
@@ -376,6 +491,95 @@ occlResult_t occlCommInitRank(occlComm_t* out, int nranks, int rank, occlStore* 
   *out = c.release();
   return occlSuccess;
 }
+
+
+// [docs:occl-split]
+// Splitting needs no store: the parent communicator carries the bootstrap.
+// Round 1 swaps (color, key); every rank works out its new group and rank,
+// creates its new segment, and round 2 swaps the segments' addresses through
+// the parent's slots. It runs on the calling thread, once the parent's
+// queued work has finished (like ncclCommSplit, it blocks the host).
+occlResult_t occlCommSplit(occlComm_t comm, int color, int key, occlComm_t* newcomm,
+                           const occlConfig_t* config) {
+  if (!comm || !newcomm)
+    return set_last_error(occlInvalidArgument, "occlCommSplit: NULL argument");
+  *newcomm = nullptr;
+  if (color < OCCL_SPLIT_NOCOLOR)
+    return set_last_error(occlInvalidArgument, format("occlCommSplit: invalid color %d", color));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(comm->timeout_ms);
+  while (comm->inflight.load() > 0) {
+    if (Clock::now() >= deadline)
+      return set_last_error(occlTimeout, "occlCommSplit: the parent's queued work did not finish");
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  {
+    std::lock_guard<std::mutex> g(comm->err_mu);
+    if (comm->error != occlSuccess)
+      return set_last_error(comm->error, "occlCommSplit: the parent communicator has failed: " +
+                                             comm->error_msg);
+  }
+  occlConfig_t cfg{comm->device, comm->timeout_ms, comm->name.c_str()};
+  if (config) cfg = *config;
+  const uint64_t seq = comm->enqueued.fetch_add(1) + 1;  // a sequence number, like any op
+  OpCtx ctx{"occl:split", seq, deadline};
+  std::unique_ptr<occlComm> c;
+  try {
+    const uint64_t cseq = ++comm->coll_seq;
+    OpDesc d;
+    d.kind = kSplit;
+    d.seq = cseq;
+    int par = comm->parity();
+    auto* mine = reinterpret_cast<int32_t*>(comm->wslot(par, 0, 2 * sizeof(int32_t)));
+    mine[0] = color;
+    mine[1] = key;
+    comm->post_and_wait(ctx, d);
+    std::vector<std::pair<int, int>> members;  // (key, parent rank) of my color
+    for (int p = 0; p < comm->nranks; ++p) {
+      const auto* theirs = reinterpret_cast<const int32_t*>(comm->peers[size_t(p)].slot(par));
+      if (color != OCCL_SPLIT_NOCOLOR && theirs[0] == color) members.push_back({theirs[1], p});
+    }
+    std::sort(members.begin(), members.end());
+    std::string info;
+    int new_rank = -1;
+    if (color != OCCL_SPLIT_NOCOLOR) {
+      for (size_t i = 0; i < members.size(); ++i)
+        if (members[i].second == comm->rank) new_rank = int(i);
+      c = new_comm(int(members.size()), new_rank, &cfg);
+      memcpy(c->job_token, comm->job_token, sizeof(c->job_token));
+      info = create_segment(c.get());
+    }
+    par = comm->parity();
+    const size_t n = std::min(info.size(), kSlotBytes - 1);
+    char* slot = comm->wslot(par, 0, n + 1);
+    memcpy(slot, info.data(), n);
+    slot[n] = 0;
+    d.round = 1;
+    comm->post_and_wait(ctx, d);
+    if (c) {
+      for (size_t i = 0; i < members.size(); ++i) {
+        if (int(i) == new_rank) continue;
+        map_peer(c.get(), int(i), std::string(comm->peers[size_t(members[i].second)].slot(par)));
+      }
+      // The new group's barrier; then nobody reads the parent's slots of
+      // round 2 any more (the next parent round is a barrier of its own).
+      finish_init(c.get());
+    }
+    d.round = 2;
+    comm->post_and_wait(ctx, d);
+  } catch (const Error& e) {
+    comm->fail(seq, e.result, std::string("occl:split: ") + e.what());
+    comm->completed.store(seq);
+    return set_last_error(e.result, std::string("occlCommSplit: ") + e.what());
+  } catch (const std::exception& e) {
+    comm->fail(seq, occlInternalError, std::string("occl:split: ") + e.what());
+    comm->completed.store(seq);
+    return set_last_error(occlInternalError, std::string("occlCommSplit: ") + e.what());
+  }
+  comm->completed.store(seq);
+  *newcomm = c.release();
+  return occlSuccess;
+}
+// [docs:occl-split:end]
 
 occlResult_t occlCommDestroy(occlComm_t comm) {
   if (!comm) return occlSuccess;
@@ -430,4 +634,13 @@ occlResult_t occlCommQuerySeq(occlComm_t comm, uint64_t seq) {
   return occlSuccess;
 }
 
-const char* occlCommTransport(occlComm_t comm) { return comm ? "shm" : ""; }
+const char* occlCommTransport(occlComm_t comm) {
+  if (!comm) return "";
+  bool shm = false, tcp = false;
+  for (int p = 0; p < comm->nranks; ++p) {
+    if (p == comm->rank) continue;
+    (comm->peers[size_t(p)].tcp ? tcp : shm) = true;
+  }
+  if (tcp) return shm ? "shm+tcp" : "tcp";
+  return comm->zero_copy ? "shm+ipc" : "shm";
+}

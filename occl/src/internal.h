@@ -3,11 +3,15 @@
 
 #include <occl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -42,7 +46,12 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
 // Slots carry the collectives' data, one round at a time (double-buffered);
 // rings carry point-to-point messages from the owner to each peer.
 constexpr uint64_t kMagic = 0x4f43434c53484d31ull;  // "OCCLSHM1"
-constexpr size_t kSlotBytes = size_t(4) << 20;       // data bytes per slot
+// A slot has room for 16 MiB; a communicator uses 2 MiB of it per round
+// over shared memory (a round's data stays in cache) and all of it when some
+// pair talks over TCP (fewer, larger rounds: each round costs a network
+// round trip). Untouched pages of the memfd cost nothing.
+constexpr size_t kSlotBytes = size_t(16) << 20;      // capacity of a slot
+constexpr size_t kShmSlotBytes = size_t(2) << 20;    // used per round over shared memory
 constexpr size_t kRingBytes = size_t(1) << 20;       // bytes per p2p ring
 
 struct alignas(64) Padded32 {
@@ -73,7 +82,7 @@ struct Ctrl {
   int32_t rank;
   int32_t nranks;
   int32_t pid;
-  int32_t pad0;
+  int32_t zero_copy;  // 1: this rank can export and map device memory (IPC)
   Padded32 step;      // rounds posted (futex word)
   Padded32 waiters;   // ranks sleeping on `step`
   Padded32 doorbell;  // bumped when a peer changed a ring involving this rank
@@ -99,10 +108,49 @@ inline size_t segment_bytes(int nranks) {
   return ctrl_bytes() + 2 * kSlotStride + size_t(nranks) * kRingStride;
 }
 
+// A frame received over TCP, waiting for the receive that consumes it.
+struct TcpMessage {
+  int64_t tag;
+  std::unique_ptr<char[]> data;  // not zero-filled: it is overwritten at once
+  size_t bytes;
+};
+
+// A frame waiting to leave: a small header block of its own, then parts
+// that point into memory that stays valid until the frame is sent (this
+// rank's slots, or a send's buffer: the operation waits for its frames).
+struct OutFrame {
+  std::vector<char> own;
+  std::vector<std::pair<const char*, size_t>> parts;
+  size_t total = 0, sent = 0;
+};
+
 struct Peer {
-  char* base = nullptr;  // the peer's segment, mapped here
+  char* base = nullptr;  // the peer's segment, mapped here (TCP: a private mirror)
   int pidfd = -1;        // tells when the peer process has exited
   int pid = 0;
+  // TCP transport (a peer on another host, or OCCL_TRANSPORT=tcp): rounds
+  // and messages travel as frames over one socket; `base` is then a private
+  // mirror of the peer's segment, filled from its round frames, so the
+  // algorithms read a TCP peer's slots exactly like a shared-memory peer's.
+  bool tcp = false;
+  int sock = -1;
+  std::string addr;                    // where it listens ("host port")
+  uint32_t tcp_step = 0;               // rounds received from it
+  std::deque<OutFrame> outq;           // frames to send, front partly sent
+  std::vector<char> in_hdr;            // the frame being received
+  std::unique_ptr<char[]> in_body;
+  size_t in_cap = 0;
+  size_t in_got = 0;
+  // Byte ranges of this rank's two slots written since the last round that
+  // this peer reads (TCP only: a round frame carries exactly these).
+  size_t dirty_lo[2] = {SIZE_MAX, SIZE_MAX}, dirty_hi[2] = {0, 0};
+  void mark(int par, size_t off, size_t len) {
+    if (!len) return;
+    dirty_lo[par] = std::min(dirty_lo[par], off);
+    dirty_hi[par] = std::max(dirty_hi[par], off + len);
+  }
+  std::deque<TcpMessage> inbox;        // point-to-point messages received
+  bool closed = false;                 // it closed the connection (after its last frame)
   Ctrl* ctrl() const { return reinterpret_cast<Ctrl*>(base); }
   SlotHeader* slot_header(int parity) const {
     return reinterpret_cast<SlotHeader*>(base + ctrl_bytes() + size_t(parity) * kSlotStride);
@@ -127,6 +175,8 @@ enum OpKind : uint32_t {
 };
 const char* kind_name(uint32_t kind);  // "allreduce", ...
 
+bool tcp_forced();  // OCCL_TRANSPORT=tcp
+
 // Operation context: who is waiting for what, for error messages.
 struct OpCtx {
   const char* name;
@@ -149,6 +199,46 @@ struct occlComm {
   std::vector<occl::Peer> peers;
   int memfd = -1;
   size_t seg_bytes = 0;
+
+  // Zero copy: every rank's device memory is exportable (strict mode), so
+  // large collectives read the peers' buffers in place through runtime IPC
+  // handles instead of copying them through the slots. Opened handles are
+  // cached per peer (keyed by the handle's bytes: same owner, memfd and
+  // allocation range means the same pages) and closed when the
+  // communicator is destroyed or aborted.
+  bool zero_copy = false;
+  bool any_tcp = false;   // some peer is reached over TCP
+  size_t slot_bytes = occl::kShmSlotBytes;  // used per round (same on every rank)
+  int listen_fd = -1;     // TCP: open during bootstrap only
+  uint8_t job_token[16] = {};  // TCP peers must present it (and their rank)
+  // This rank's slot `par` from `off`, marking [off, off+len) as written
+  // for every TCP peer (or for rank `only`, the one peer that reads it).
+  char* wslot(int par, size_t off, size_t len, int only = -1) {
+    if (any_tcp) {
+      for (int p = 0; p < nranks; ++p)
+        if (peers[size_t(p)].tcp && (only < 0 || p == only)) peers[size_t(p)].mark(par, off, len);
+    }
+    return self().slot(par) + off;
+  }
+  // TCP (tcp.cpp): exchange this round with every TCP peer; move frames
+  // (reading, writing) for up to timeout_ms; queue a point-to-point frame.
+  void tcp_round(const occl::OpCtx& ctx, uint32_t target);
+  void tcp_pump(const occl::OpCtx& ctx, int timeout_ms);
+  void tcp_flush(const occl::OpCtx& ctx);
+  void tcp_send_message(int p, int64_t tag, const char* data, size_t bytes);
+  // Throws if TCP peer p is gone (so nothing more will come from it).
+  void tcp_check_open(const occl::OpCtx& ctx, int p);
+  struct IpcEntry {
+    void* dev = nullptr;  // as returned by orIpcOpenMemHandle
+    char* kv = nullptr;   // its kernel view
+    uint64_t used = 0;    // LRU stamp
+  };
+  std::vector<std::map<std::string, IpcEntry>> ipc_cache;  // per peer
+  uint64_t ipc_clock = 0;
+  // The kernel-view address of `off` bytes into the allocation named by
+  // `handle`, exported by rank `p` (opened on first use).
+  char* peer_buffer(int p, const orIpcMemHandle_t& handle, uint64_t off);
+  void close_ipc();
 
   // Collective engine state, touched only by the (single, stream-ordered)
   // running operation.
@@ -186,3 +276,9 @@ struct occlComm {
   void check_peer(const occl::OpCtx& ctx, int p, const char* what);
   void unmap_all();
 };
+
+namespace occl {
+// tcp.cpp: bootstrap of the TCP transport.
+std::string tcp_listen(occlComm* c);  // "addr port"
+void tcp_connect_all(occlComm* c, Clock::time_point deadline);
+}  // namespace occl

@@ -5,6 +5,7 @@
 // compiler vectorises them (-O3).
 #include "internal.h"
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <type_traits>
@@ -175,9 +176,9 @@ void check_reduction(occlDataType_t t, occlRedOp_t op) {
     throw Error(occlInvalidArgument, format("reduce op %s is not defined for bool", op_name(op.kind)));
 }
 
-void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
-            occlDataType_t dtype, occlRedOp_t op, int nranks) {
-  if (count == 0) return;
+namespace {
+void reduce_block(void* dst, const void* const* srcs, int nsrcs, size_t count,
+                  occlDataType_t dtype, occlRedOp_t op, int nranks) {
   switch (dtype) {
 #define CASE(E, T) \
   case E: reduce_typed<T>(static_cast<T*>(dst), srcs, nsrcs, count, op, nranks); break;
@@ -203,6 +204,38 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
       break;
     default:
       throw Error(occlInvalidArgument, format("invalid data type %d", int(dtype)));
+  }
+}
+
+}  // namespace
+
+// Cache-sized blocks: with more than two sources the partial result stays in
+// L1/L2 between sources instead of making a trip to memory per source. A
+// destination that aliases a source other than the first (in-place zero-copy
+// all-reduce on rank > 0) is reduced through a small buffer, so the sources
+// are always combined in rank order and every rank computes bit-identical
+// results.
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count,
+            occlDataType_t dtype, occlRedOp_t op, int nranks) {
+  if (count == 0) return;
+  const size_t es = occlTypeSize(dtype);
+  if (!es) throw Error(occlInvalidArgument, format("invalid data type %d", int(dtype)));
+  bool alias = false;
+  for (int j = 1; j < nsrcs; ++j) alias = alias || srcs[j] == dst;
+  constexpr size_t kBlockBytes = size_t(32) << 10;
+  const size_t block = std::max<size_t>(1, kBlockBytes / es);
+  if (!alias && (nsrcs <= 2 || count <= block)) {
+    reduce_block(dst, srcs, nsrcs, count, dtype, op, nranks);
+    return;
+  }
+  alignas(64) static thread_local char tmp[kBlockBytes + 64];
+  std::vector<const void*> s(static_cast<size_t>(nsrcs));
+  for (size_t base = 0; base < count; base += block) {
+    const size_t n = std::min(block, count - base);
+    for (int j = 0; j < nsrcs; ++j) s[size_t(j)] = static_cast<const char*>(srcs[j]) + base * es;
+    char* d = static_cast<char*>(dst) + base * es;
+    reduce_block(alias ? tmp : d, s.data(), nsrcs, n, dtype, op, nranks);
+    if (alias) memcpy(d, tmp, n * es);
   }
 }
 

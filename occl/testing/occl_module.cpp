@@ -109,6 +109,7 @@ orStream_t S(uintptr_t p) { return reinterpret_cast<orStream_t>(p); }
 struct Comm {
   occlComm_t c = nullptr;
   int source = -1;  // any-source receives report here
+  explicit Comm(occlComm_t raw) : c(raw) {}
   Comm(FileStore& store, int nranks, int rank, int device, int64_t timeout_ms) {
     occlConfig_t cfg{device, timeout_ms, "test"};
     occlResult_t r;
@@ -158,6 +159,18 @@ PYBIND11_MODULE(_occl_testing, m) {
       .def_property_readonly("rank", [](Comm& c) { int r; check(occlCommUserRank(c.get(), &r)); return r; })
       .def_property_readonly("size", [](Comm& c) { int n; check(occlCommCount(c.get(), &n)); return n; })
       .def_property_readonly("last_seq", [](Comm& c) { return occlCommLastSeq(c.get()); })
+      .def_property_readonly("transport", [](Comm& c) { return std::string(occlCommTransport(c.get())); })
+      .def("split", [](Comm& c, int color, int key) -> py::object {
+        occlComm_t out = nullptr;
+        occlResult_t r;
+        {
+          py::gil_scoped_release nogil;
+          r = occlCommSplit(c.get(), color, key, &out, nullptr);
+        }
+        check(r);
+        if (!out) return py::none();
+        return py::cast(new Comm(out), py::return_value_policy::take_ownership);
+      }, py::arg("color"), py::arg("key"))
       .def_property_readonly("source", [](Comm& c) { return c.source; })
       .def("query", [](Comm& c, uint64_t seq) { return std::string(result_name(occlCommQuerySeq(c.get(), seq))); })
       .def("async_error", [](Comm& c) {

@@ -57,6 +57,7 @@ typedef enum orError_t {
   orErrorIllegalAddress = 700,
   orErrorLaunchFailure = 719,
   orErrorNotPermitted = 800,
+  orErrorNotSupported = 801,
   /* The stream sanitizer found an access that races with earlier work on
    * another stream (no CUDA equivalent; see orSanitizerSetEnabled). */
   orErrorStreamRace = 900,
@@ -150,6 +151,41 @@ OR_API orError_t orMemcpyAsync(void* dst, const void* src, size_t count,
 OR_API orError_t orMemset(void* devPtr, int value, size_t count);
 OR_API orError_t orMemsetAsync(void* devPtr, int value, size_t count,
                                orStream_t stream);
+
+/* ---------------------------------------------------------------- IPC */
+/* Device memory that another process on the same host can map, as with
+ * cudaIpcGetMemHandle / cudaIpcOpenMemHandle. The handle names the whole
+ * allocation that contains devPtr (like CUDA, opening it yields the start of
+ * that allocation). It is plain bytes: send it to the peer any way you like
+ * (a store, a pipe, shared memory).
+ *
+ * How the simulation does it: in strict mode each device's memory is a
+ * memfd; the handle carries the owner's pid, the memfd's descriptor number
+ * and inode, and the allocation's offset and size. The peer opens
+ * /proc/<pid>/fd/<fd> (the kernel allows that only to processes of the same
+ * user), checks the inode (a recycled pid or descriptor is refused) and maps
+ * the pages twice, as the runtime maps its own memory: a PROT_NONE range of
+ * "device addresses", returned to the caller, and a private kernel view.
+ * The opened pointer is device memory of the caller's current device for
+ * orMemcpy*, orMemset* and orPointerGetAttributes (whose hostPointer is the
+ * kernel-view address kernels use). With OPENREG_STRICT_MEMORY=0 memory is
+ * anonymous and orIpcGetMemHandle fails with orErrorNotSupported.
+ *
+ * The exporter must keep the allocation alive while a peer has it open (as
+ * with CUDA); what a peer sees after the owner frees it is undefined.
+ * Vendor: replace with your driver's IPC export/import calls. */
+#define OR_IPC_HANDLE_SIZE 64
+typedef struct orIpcMemHandle_t {
+  char reserved[OR_IPC_HANDLE_SIZE];
+} orIpcMemHandle_t;
+enum { orIpcMemLazyEnablePeerAccess = 0x1 }; /* accepted for CUDA parity; no effect */
+OR_API orError_t orIpcGetMemHandle(orIpcMemHandle_t* handle, void* devPtr);
+/* Maps a peer's allocation into this process; *devPtr is its start. Every
+ * successful open is undone by one orIpcCloseMemHandle. */
+OR_API orError_t orIpcOpenMemHandle(void** devPtr, orIpcMemHandle_t handle,
+                                    unsigned int flags);
+/* Unmaps memory opened with orIpcOpenMemHandle (the pointer it returned). */
+OR_API orError_t orIpcCloseMemHandle(void* devPtr);
 
 /* Simulation only (no CUDA equivalent): kernels reach device memory through
  * a private mapping at devPtr + offset. offset is 0 when strict mode is off.

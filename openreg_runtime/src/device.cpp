@@ -296,6 +296,7 @@ const char* orGetErrorName(orError_t error) {
     case orErrorIllegalAddress: return "orErrorIllegalAddress";
     case orErrorLaunchFailure: return "orErrorLaunchFailure";
     case orErrorNotPermitted: return "orErrorNotPermitted";
+    case orErrorNotSupported: return "orErrorNotSupported";
     case orErrorStreamRace: return "orErrorStreamRace";
     case orErrorUnknown: return "orErrorUnknown";
   }
@@ -316,6 +317,7 @@ const char* orGetErrorString(orError_t error) {
     case orErrorIllegalAddress: return "an illegal memory access was encountered";
     case orErrorLaunchFailure: return "unspecified launch failure";
     case orErrorNotPermitted: return "operation not permitted";
+    case orErrorNotSupported: return "operation not supported";
     case orErrorStreamRace: return "stream race detected by the sanitizer";
     case orErrorUnknown: return "unknown error";
   }

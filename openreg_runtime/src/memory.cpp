@@ -24,7 +24,10 @@
 #define MFD_CLOEXEC 0x0001U
 #endif
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <fcntl.h>
+
+#include <shared_mutex>
 #ifndef FALLOC_FL_PUNCH_HOLE
 #define FALLOC_FL_KEEP_SIZE 0x01
 #define FALLOC_FL_PUNCH_HOLE 0x02
@@ -205,6 +208,37 @@ void init_arena(Device& dev) {
   dev.arena = std::move(a);
 }
 
+// ------------------------------------------------------------ IPC imports
+// Peers' allocations opened with orIpcOpenMemHandle, keyed by the start of
+// their device-address mapping. They count as device memory of the device
+// that was current when they were opened.
+namespace {
+struct Import {
+  size_t map_len = 0;     // bytes mapped (whole pages)
+  char* kview = nullptr;  // read/write view of the same pages
+  int device = 0;
+  size_t alloc_off = 0;   // where the allocation starts in the mapping
+  size_t alloc_size = 0;
+};
+std::shared_mutex g_import_mu;
+std::atomic<int> g_import_count{0};
+std::map<uintptr_t, Import>& imports() {
+  static auto* m = new std::map<uintptr_t, Import>();
+  return *m;
+}
+// The import whose mapping holds p (caller holds g_import_mu), or nullptr.
+const Import* find_import(const void* p, uintptr_t* base) {
+  auto v = reinterpret_cast<uintptr_t>(p);
+  auto& m = imports();
+  auto it = m.upper_bound(v);
+  if (it == m.begin()) return nullptr;
+  --it;
+  if (v >= it->first + it->second.map_len) return nullptr;
+  *base = it->first;
+  return &it->second;
+}
+}  // namespace
+
 int device_of_pointer(const void* p) {
   auto v = reinterpret_cast<uintptr_t>(p);
   for (int i = 0; i < kMaxDevices; ++i) {
@@ -212,13 +246,29 @@ int device_of_pointer(const void* p) {
     if (lo && v >= lo && v < g_arena_hi[i].load(std::memory_order_relaxed))
       return i;
   }
-  return -1;
+  if (g_import_count.load(std::memory_order_acquire) == 0) return -1;
+  std::shared_lock<std::shared_mutex> g(g_import_mu);
+  uintptr_t base;
+  const Import* im = find_import(p, &base);
+  return im ? im->device : -1;
 }
 
 Arena& arena(int device) { return *g_arenas[device]; }
 
 void* kernel_address(int device, const void* p, size_t n, std::string* why) {
   Arena& a = arena(device);
+  if (static_cast<const char*>(p) < a.base || static_cast<const char*>(p) >= a.base + a.capacity) {
+    std::shared_lock<std::shared_mutex> g(g_import_mu);
+    uintptr_t base;
+    const Import* im = find_import(p, &base);
+    const size_t off = reinterpret_cast<uintptr_t>(p) - base;
+    if (!im || off < im->alloc_off || off + n > im->alloc_off + im->alloc_size) {
+      if (why) *why = format("range [%p, +%zu) is not inside a live allocation of openreg:%d "
+                             "or an opened IPC allocation", p, n, device);
+      return nullptr;
+    }
+    return im->kview + off;
+  }
   size_t off = size_t(static_cast<const char*>(p) - a.base);
   std::lock_guard<std::mutex> g(a.mu);
   auto it = find_enclosing(a.used, off);
@@ -298,6 +348,14 @@ orError_t orMalloc(void** devPtr, size_t size) {
 
 orError_t orFree(void* devPtr) {
   if (!devPtr) return orSuccess;
+  if (g_import_count.load() > 0) {
+    std::shared_lock<std::shared_mutex> g(g_import_mu);
+    uintptr_t base;
+    if (find_import(devPtr, &base))
+      return fail(orErrorInvalidDevicePointer,
+                  "orFree: %p was opened with orIpcOpenMemHandle (a peer's memory); close "
+                  "it with orIpcCloseMemHandle", devPtr);
+  }
   int d = device_of_pointer(devPtr);
   if (d < 0) {
     return fail(orErrorInvalidDevicePointer,
@@ -382,6 +440,21 @@ orError_t orPointerGetAttributes(orPointerAttributes* attr, const void* ptr) {
   if (!attr) return fail(orErrorInvalidValue, "orPointerGetAttributes: attributes is NULL");
   memset(attr, 0, sizeof(*attr));
   attr->device = -1;
+  if (g_import_count.load() > 0) {
+    std::shared_lock<std::shared_mutex> g(g_import_mu);
+    uintptr_t base;
+    if (const Import* im = find_import(ptr, &base)) {
+      const size_t off = reinterpret_cast<uintptr_t>(ptr) - base;
+      attr->type = orMemoryTypeDevice;
+      attr->device = im->device;
+      attr->hostPointer = im->kview + off;
+      if (off >= im->alloc_off && off < im->alloc_off + im->alloc_size) {
+        attr->devicePointer = reinterpret_cast<char*>(base) + im->alloc_off;
+        attr->allocationSize = im->alloc_size;
+      }
+      return orSuccess;
+    }
+  }
   int d = device_of_pointer(ptr);
   if (d >= 0) {
     Arena& a = arena(d);
@@ -418,6 +491,146 @@ orError_t orDeviceGetKernelViewOffset(int device, intptr_t* offset) {
   if (!dev) return orPeekAtLastError();
   *offset = reinterpret_cast<intptr_t>(dev->arena->kview) -
             reinterpret_cast<intptr_t>(dev->arena->base);
+  return orSuccess;
+}
+
+}  // extern "C"
+
+// ------------------------------------------------------------ IPC
+namespace {
+constexpr uint64_t kIpcMagic = 0x3130304350494f52ull;  // "ROIPC001"
+struct IpcHandle {
+  uint64_t magic;
+  int32_t pid;
+  int32_t fd;        // the owner's memfd, reachable as /proc/<pid>/fd/<fd>
+  uint64_t ino;      // identity of that memfd (refuses a recycled pid/fd)
+  uint64_t dev;
+  uint64_t offset;   // the allocation inside the owner's device memory
+  uint64_t size;
+  int32_t device;    // the owner's device index (for messages)
+  int32_t pad;
+};
+static_assert(sizeof(IpcHandle) <= OR_IPC_HANDLE_SIZE, "IPC handle too large");
+}  // namespace
+
+extern "C" {
+
+// [docs:ipc-get]
+orError_t orIpcGetMemHandle(orIpcMemHandle_t* handle, void* devPtr) {
+  if (!handle) return fail(orErrorInvalidValue, "orIpcGetMemHandle: handle is NULL");
+  memset(handle, 0, sizeof(*handle));
+  const int d = device_of_pointer(devPtr);
+  if (d < 0 || !g_arenas[d] || static_cast<char*>(devPtr) < g_arenas[d]->base ||
+      static_cast<char*>(devPtr) >= g_arenas[d]->base + g_arenas[d]->capacity)
+    return fail(orErrorInvalidDevicePointer,
+                "orIpcGetMemHandle: %p is not memory allocated by orMalloc in this process",
+                devPtr);
+  if (in_forked_child())
+    return fail(orErrorInitializationError, "orIpcGetMemHandle: " OPENREG_FORK_MESSAGE);
+  Arena& a = arena(d);
+  if (a.memfd < 0)
+    return fail(orErrorNotSupported,
+                "orIpcGetMemHandle: device openreg:%d has anonymous memory "
+                "(OPENREG_STRICT_MEMORY=0); IPC needs strict mode, whose memory is a memfd", d);
+  const size_t off = size_t(static_cast<char*>(devPtr) - a.base);
+  IpcHandle h{};
+  {
+    std::lock_guard<std::mutex> g(a.mu);
+    auto it = find_enclosing(a.used, off);
+    if (it == a.used.end())
+      return fail(orErrorInvalidDevicePointer,
+                  "orIpcGetMemHandle: %p (openreg:%d) is not inside a live allocation", devPtr, d);
+    h.offset = it->first;
+    h.size = it->second;
+  }
+  struct stat st;
+  if (fstat(a.memfd, &st) != 0)
+    return fail(orErrorUnknown, "orIpcGetMemHandle: fstat: %s", strerror(errno));
+  h.magic = kIpcMagic;
+  h.pid = int32_t(getpid());
+  h.fd = a.memfd;
+  h.ino = uint64_t(st.st_ino);
+  h.dev = uint64_t(st.st_dev);
+  h.device = d;
+  memcpy(handle->reserved, &h, sizeof(h));
+  return orSuccess;
+}
+// [docs:ipc-get:end]
+
+// [docs:ipc-open]
+orError_t orIpcOpenMemHandle(void** devPtr, orIpcMemHandle_t handle, unsigned int flags) {
+  if (!devPtr) return fail(orErrorInvalidValue, "orIpcOpenMemHandle: devPtr is NULL");
+  *devPtr = nullptr;
+  (void)flags;
+  IpcHandle h;
+  memcpy(&h, handle.reserved, sizeof(h));
+  if (h.magic != kIpcMagic || h.size == 0)
+    return fail(orErrorInvalidResourceHandle, "orIpcOpenMemHandle: not an IPC memory handle");
+  const int idx = current_device_index();
+  if (!get_device(idx, "orIpcOpenMemHandle")) return orPeekAtLastError();
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", int(h.pid), int(h.fd));
+  const int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return fail(orErrorInvalidResourceHandle,
+                "orIpcOpenMemHandle: cannot open the memory of process %d (device openreg:%d) "
+                "through %s: %s (has the owner exited?)", int(h.pid), int(h.device), path,
+                strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || uint64_t(st.st_ino) != h.ino || uint64_t(st.st_dev) != h.dev ||
+      uint64_t(st.st_size) < h.offset + h.size) {
+    close(fd);
+    return fail(orErrorInvalidResourceHandle,
+                "orIpcOpenMemHandle: %s is not the device memory the handle was made for "
+                "(the owner exited and its pid or descriptor was reused): refused", path);
+  }
+  // Whole pages around the allocation, mapped twice like the runtime's own
+  // memory: PROT_NONE device addresses, and a read/write kernel view.
+  const size_t lo = h.offset / kPageSize * kPageSize;
+  const size_t len = round_up(h.offset + h.size, kPageSize) - lo;
+  void* dev = mmap(nullptr, len, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, off_t(lo));
+  void* kv = dev == MAP_FAILED ? MAP_FAILED
+                               : mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                                      MAP_SHARED | MAP_NORESERVE, fd, off_t(lo));
+  const int err = errno;
+  close(fd);  // the mappings keep the memory alive
+  if (kv == MAP_FAILED) {
+    if (dev != MAP_FAILED) munmap(dev, len);
+    return fail(orErrorMemoryAllocation, "orIpcOpenMemHandle: mmap of %zu bytes: %s", len,
+                strerror(err));
+  }
+  Import im;
+  im.map_len = len;
+  im.kview = static_cast<char*>(kv);
+  im.device = idx;
+  im.alloc_off = h.offset - lo;
+  im.alloc_size = h.size;
+  {
+    std::unique_lock<std::shared_mutex> g(g_import_mu);
+    imports()[reinterpret_cast<uintptr_t>(dev)] = im;
+    g_import_count.fetch_add(1);
+  }
+  *devPtr = static_cast<char*>(dev) + im.alloc_off;
+  return orSuccess;
+}
+// [docs:ipc-open:end]
+
+orError_t orIpcCloseMemHandle(void* devPtr) {
+  Import im;
+  uintptr_t base = 0;
+  {
+    std::unique_lock<std::shared_mutex> g(g_import_mu);
+    const Import* found = find_import(devPtr, &base);
+    if (!found || reinterpret_cast<uintptr_t>(devPtr) != base + found->alloc_off)
+      return fail(orErrorInvalidDevicePointer,
+                  "orIpcCloseMemHandle: %p is not a pointer returned by orIpcOpenMemHandle "
+                  "(or it was already closed)", devPtr);
+    im = *found;
+    imports().erase(base);
+    g_import_count.fetch_sub(1);
+  }
+  munmap(reinterpret_cast<void*>(base), im.map_len);
+  munmap(im.kview, im.map_len);
   return orSuccess;
 }
 

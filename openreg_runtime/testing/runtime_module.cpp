@@ -11,10 +11,13 @@
 #include <pybind11/stl.h>
 #include <pybind11/eval.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -94,6 +97,21 @@ orError_t fill_kernel(void* p) {
   return orSuccess;
 }
 orError_t failing_kernel(void*) { return orErrorLaunchFailure; }
+
+// A kernel that records the thread it ran on, then blocks on a gate.
+struct GateKernelArgs {
+  std::shared_ptr<Gate> gate;
+  std::shared_ptr<std::atomic<unsigned long long>> thread;
+};
+unsigned long long this_thread_id() {
+  return static_cast<unsigned long long>(std::hash<std::thread::id>()(std::this_thread::get_id()));
+}
+orError_t gate_kernel(void* p) {
+  std::unique_ptr<GateKernelArgs> a(static_cast<GateKernelArgs*>(p));
+  a->thread->store(this_thread_id());
+  gate_fn(a->gate.get());
+  return orSuccess;
+}
 
 // Trace capture: each recorder is one subscriber of the runtime's trace.
 struct TraceRec {
@@ -277,6 +295,21 @@ class OpenRegError(RuntimeError):
     r["allocation_size"] = a.allocationSize;
     return r;
   });
+  m.def("ipc_get_mem_handle", [](uintptr_t p) {
+    orIpcMemHandle_t h;
+    check(orIpcGetMemHandle(&h, V(p)));
+    return py::bytes(h.reserved, sizeof(h.reserved));
+  });
+  m.def("ipc_open_mem_handle", [](py::bytes b) {
+    std::string s = b;
+    orIpcMemHandle_t h;
+    memset(&h, 0, sizeof(h));
+    memcpy(h.reserved, s.data(), std::min(s.size(), sizeof(h.reserved)));
+    void* p = nullptr;
+    check(orIpcOpenMemHandle(&p, h, orIpcMemLazyEnablePeerAccess));
+    return P(p);
+  });
+  m.def("ipc_close_mem_handle", [](uintptr_t p) { check(orIpcCloseMemHandle(V(p))); });
   m.def("kernel_view_offset", [](int d) {
     intptr_t off = 0;
     check(orDeviceGetKernelViewOffset(d, &off));
@@ -425,6 +458,23 @@ class OpenRegError(RuntimeError):
     }
     check(e);
   }, py::arg("stream"), py::arg("ptr"), py::arg("n"), py::arg("value"), py::arg("sync") = false);
+  m.attr("LaunchDefault") = int(orLaunchDefault);
+  m.attr("LaunchSynchronous") = int(orLaunchSynchronous);
+  m.attr("LaunchNeverInline") = int(orLaunchNeverInline);
+  m.def("this_thread_id", [] { return this_thread_id(); });
+  // Launches a kernel that blocks on `gate`; returns a function giving the id
+  // of the thread the kernel ran on (0 until it started).
+  m.def("launch_gate_kernel", [](uintptr_t s, std::shared_ptr<Gate> g, unsigned flags) {
+    auto thread = std::make_shared<std::atomic<unsigned long long>>(0);
+    auto* args = new GateKernelArgs{g, thread};
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orLaunchKernel(S(s), gate_kernel, args, "gate_kernel", flags);
+    }
+    check(e);
+    return py::cpp_function([thread] { return thread->load(); });
+  }, py::arg("stream"), py::arg("gate"), py::arg("flags"));
   m.def("launch_failing_kernel", [](uintptr_t s, bool sync) {
     orError_t e;
     {

@@ -244,6 +244,12 @@ class TestMemoryHistory:
 class TestHostMemoryStats:
     def test_pinned_allocations_are_counted(self):
         torch.openreg.init()
+        # Earlier tests may leave pinned blocks whose frees wait on device
+        # events; the host allocator retires them at its next allocation, so
+        # make that happen before counting.
+        gc.collect()
+        torch.openreg.synchronize()
+        torch.empty(1, dtype=torch.uint8).pin_memory()
         before = torch.openreg.host_memory_stats()
         p = torch.empty(1 << 20, dtype=torch.uint8).pin_memory()
         s = torch.openreg.host_memory_stats()

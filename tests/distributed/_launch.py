@@ -34,16 +34,19 @@ def _kill_all(procs):
         p.wait()
 
 
-def run_ranks(script: str, nranks: int, *, timeout: float, env: dict = None, args=()):
+def run_ranks(script: str, nranks: int, *, timeout: float, env: dict = None, args=(),
+              per_rank_env: dict = None):
     """Run ``workers/<script>`` once per rank (env:// variables set), in its
-    own process group; returns [(returncode, stdout, stderr)] by rank."""
+    own process group; returns [(returncode, stdout, stderr)] by rank.
+    ``per_rank_env`` maps a rank to extra variables for that rank alone."""
     port = free_port()
     procs = []
     try:
         for r in range(nranks):
             e = child_env({"RANK": str(r), "WORLD_SIZE": str(nranks), "LOCAL_RANK": str(r),
                            "LOCAL_WORLD_SIZE": str(nranks), "MASTER_ADDR": "127.0.0.1",
-                           "MASTER_PORT": str(port), **(env or {})})
+                           "MASTER_PORT": str(port), **(env or {}),
+                           **((per_rank_env or {}).get(r, {}))})
             procs.append(subprocess.Popen(
                 [sys.executable, os.path.join(WORKERS, script), *map(str, args)], env=e,
                 cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -14,7 +14,21 @@ class TestCollectives:
     @pytest.mark.parametrize("nranks", [2, 3])
     def test_every_operation_matches_cpu(self, nranks):
         results = run_ranks("collectives.py", nranks, timeout=400,
-                            env={"EXAMPLES": "5" if nranks == 2 else "3"})
+                            env={"EXAMPLES": "5" if nranks == 2 else "3",
+                                 "OCCL_EXPECT_TRANSPORT": "shm+ipc"})
+        check_ok(results)
+        for _, out, _ in results:
+            assert out.rstrip().endswith("OK"), out
+
+    # The same checks over each transport: shared memory with copy-in
+    # (zero copy off) and TCP forced on one host; the test above runs the
+    # default (zero copy for large messages).
+    @pytest.mark.slow
+    @pytest.mark.parametrize("env", [{"OCCL_ZERO_COPY": "0", "OCCL_EXPECT_TRANSPORT": "shm"},
+                                     {"OCCL_TRANSPORT": "tcp", "OCCL_EXPECT_TRANSPORT": "tcp"}],
+                             ids=["copy-in", "tcp"])
+    def test_every_operation_matches_cpu_over_each_transport(self, env):
+        results = run_ranks("collectives.py", 2, timeout=400, env={"EXAMPLES": "3", **env})
         check_ok(results)
         for _, out, _ in results:
             assert out.rstrip().endswith("OK"), out

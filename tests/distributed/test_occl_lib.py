@@ -15,6 +15,60 @@ class TestLibOccl:
         check_ok(results)
         assert all(out.startswith("OK") for _, out, _ in results)
 
+    @pytest.mark.parametrize("nranks", [2, 3])
+    @pytest.mark.parametrize("zero_copy", ["1", "0"])
+    def test_zero_copy_and_copy_in_paths(self, tmp_path, nranks, zero_copy):
+        results = run_ranks("occl_lib.py", nranks, timeout=180, args=(tmp_path, "zerocopy"),
+                            env={"OCCL_ZERO_COPY": zero_copy})
+        check_ok(results)
+        want = "shm+ipc" if zero_copy == "1" else "shm"
+        assert all(out.split() == ["OK", want] for _, out, _ in results), results
+
+    def test_zero_copy_needs_every_rank(self, tmp_path):
+        # One rank without exportable memory (non-strict) turns it off for all.
+        results = run_ranks("occl_lib.py", 2, timeout=120, args=(tmp_path, "ops"),
+                            env={"OCCL_EXPECT_TRANSPORT": "shm"},
+                            per_rank_env={1: {"OPENREG_STRICT_MEMORY": "0"}})
+        check_ok(results)
+
+    @pytest.mark.parametrize("nranks", [2, 4])
+    def test_split(self, tmp_path, nranks):
+        check_ok(run_ranks("occl_lib.py", nranks, timeout=120, args=(tmp_path, "split")))
+
+    @pytest.mark.parametrize("nranks", [2, 3])
+    def test_forced_tcp(self, tmp_path, nranks):
+        # OCCL_TRANSPORT=tcp: every pair over TCP (loopback), same results.
+        results = run_ranks("occl_lib.py", nranks, timeout=180, args=(tmp_path, "ops"),
+                            env={"OCCL_TRANSPORT": "tcp", "OCCL_EXPECT_TRANSPORT": "tcp"})
+        check_ok(results)
+        assert all(out.startswith("OK") for _, out, _ in results)
+
+    @pytest.mark.parametrize("case", ["ops", "split"])
+    def test_transport_is_picked_per_pair(self, tmp_path, case):
+        # Rank 2 forces TCP: its pairs use TCP, the pair (0, 1) shared memory.
+        results = run_ranks("occl_lib.py", 3, timeout=180, args=(tmp_path, case),
+                            per_rank_env={0: {"OCCL_EXPECT_TRANSPORT": "shm+tcp"},
+                                          1: {"OCCL_EXPECT_TRANSPORT": "shm+tcp"},
+                                          2: {"OCCL_TRANSPORT": "tcp", "OCCL_EXPECT_TRANSPORT": "tcp"}})
+        check_ok(results)
+
+    def test_tcp_refuses_a_peer_with_the_wrong_identity(self, tmp_path):
+        results = run_ranks("occl_lib.py", 2, timeout=120, args=(tmp_path, "impostor"),
+                            env={"OCCL_TRANSPORT": "tcp"})
+        check_ok(results)
+        assert all(out.split() == ["OK", "tcp"] for _, out, _ in results), results
+        assert results[0][2].count("refused a TCP connection with the wrong identity") == 3, \
+            results[0][2]
+
+    def test_dead_peer_over_tcp_fails_fast(self, tmp_path):
+        results = run_ranks("occl_lib.py", 2, timeout=60, args=(tmp_path, "dead"),
+                            env={"OCCL_TEST_TIMEOUT_MS": "20000", "OCCL_TRANSPORT": "tcp"})
+        rc, out, err = results[0]
+        assert rc == 0, err
+        name, seconds = out.split()[1:3]
+        assert name == "occlRemoteError" and float(seconds) < 5, out
+        assert "rank 1's TCP connection" in out and "seq" in out, out
+
     def test_launch_is_asynchronous(self, tmp_path):
         check_ok(run_ranks("occl_lib.py", 2, timeout=60, args=(tmp_path, "async")))
 

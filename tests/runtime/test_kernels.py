@@ -89,3 +89,46 @@ class TestKernels:
         rt.free(p)
         with pytest.raises(ValueError):
             rt.launch_fill_i32(stream, p, 16, 1, True)
+
+
+# ---------------------------------------------------------------- never inline
+@pytest.mark.runtime
+class TestLaunchNeverInline:
+    """orLaunchNeverInline: even on an idle stream the kernel runs on a device
+    worker, so a launch of work that may block (a collective waiting for its
+    peers) returns at once. Without the flag, an idle stream runs the kernel
+    inline on the calling thread (the fast path), which blocks the caller."""
+
+    def test_runs_on_a_worker_and_the_launch_returns_at_once(self, stream):
+        g = rt.Gate()
+        box = {}
+
+        def launch():
+            box["caller"] = rt.this_thread_id()
+            box["ran_on"] = rt.launch_gate_kernel(stream, g, rt.LaunchNeverInline)
+
+        try:
+            call_with_timeout(launch, timeout=5)  # returns although the gate is shut
+            assert not rt.stream_query(stream)  # running: not ready
+            deadline = time.monotonic() + 5
+            while not box["ran_on"]() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert box["ran_on"]() not in (0, box["caller"])  # on a device worker
+            assert g.entered
+        finally:
+            g.release()
+        sync_stream(stream)
+        assert rt.stream_query(stream)
+
+    def test_default_launch_on_an_idle_stream_runs_inline(self, stream):
+        g = rt.Gate()
+        g.release()  # an open gate: the kernel returns at once
+        box = {}
+
+        def launch():
+            box["caller"] = rt.this_thread_id()
+            box["ran_on"] = rt.launch_gate_kernel(stream, g, rt.LaunchDefault)
+
+        call_with_timeout(launch)
+        sync_stream(stream)
+        assert box["ran_on"]() == box["caller"]  # the fast path: on the caller's thread

@@ -230,5 +230,8 @@ for fn in [test_allreduce, test_rooted_and_gathering, test_all_to_all_uneven,
         continue
     fn()
     print("passed", fn.__name__, flush=True)
+if "OCCL_EXPECT_TRANSPORT" in os.environ:  # how this rank reached its peers
+    transport = dist.group.WORLD._get_backend(dev).transport
+    assert transport == os.environ["OCCL_EXPECT_TRANSPORT"], transport
 dist.destroy_process_group()
 print("OK")

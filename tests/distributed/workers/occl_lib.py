@@ -42,11 +42,29 @@ def data(seed, r, n, dtype):
     return g.standard_normal(n).astype(dtype)
 
 
+impostors = []
+if case == "impostor" and rank == 1:
+    # Before rank 1 connects for real, three connections with the wrong
+    # identity wait in rank 0's accept queue: another job's token, a rank
+    # that does not exist, and a hello meant for another rank.
+    import socket
+    import struct
+    pre = oc.FileStore(store_dir, 30.0)
+    token = bytes.fromhex(pre.get("occl/job").decode())
+    info = pre.get("occl/rank/0").decode().split()
+    addr, port = info[4], int(info[5])
+    for tok, who, to in [(bytes(16), 1, 0), (token, 5, 0), (token, 1, 3)]:
+        sock = socket.create_connection((addr, port), timeout=20)
+        sock.sendall(struct.pack("<Q16siiii", 0x314F4C4C45484F43, tok, who, world, to, 0))
+        impostors.append(sock)
+
 store = oc.FileStore(store_dir, 30.0)
 comm = oc.Comm(store, world, rank, device=0, timeout_ms=int(os.environ.get("OCCL_TEST_TIMEOUT_MS", "20000")))
 assert (comm.rank, comm.size) == (rank, world)
 s = rt.stream_create()
 
+if "OCCL_EXPECT_TRANSPORT" in os.environ:
+    assert comm.transport == os.environ["OCCL_EXPECT_TRANSPORT"], comm.transport
 if case == "ops":
     folds = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
              "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
@@ -134,6 +152,103 @@ if case == "ops":
     comm.synchronize(s)
     assert comm.query(comm.last_seq) == "occlSuccess"
     print("OK", comm.last_seq)
+elif case == "zerocopy":
+    # Large messages read the peers' device buffers in place (IPC handles)
+    # when zero copy is on, and go through the slots when it is off: the
+    # same results either way, in place or not, for every rank's aliasing.
+    expect = os.environ.get("OCCL_ZERO_COPY", "1") != "0"
+    assert comm.transport == ("shm+ipc" if expect else "shm"), comm.transport
+    n = 3 * (1 << 20) + 5
+    for tname, t in (("float32", np.float32), ("int64", np.int64), ("float64", np.float64)):
+        xs = [data(11, r, n, t) for r in range(world)]
+        want = xs[0].astype(np.float64)
+        for x in xs[1:]:
+            want = want + x
+        src, dst = to_dev(xs[rank]), to_dev(np.zeros(n, t))
+        for _ in range(2):  # the second time from the cache of opened handles
+            comm.allreduce(src, dst, n, tname, "sum", stream=s)
+            comm.synchronize(s)
+            np.testing.assert_allclose(from_dev(dst, xs[rank]), want.astype(t), rtol=1e-5, atol=1e-5)
+        comm.allreduce(src, src, n, tname, "max", stream=s)  # in place
+        comm.synchronize(s)
+        np.testing.assert_array_equal(from_dev(src, xs[rank]), np.maximum.reduce(xs))
+        rt.free(src)
+        rt.free(dst)
+    # every rank gets bit-identical sums (reduced in rank order, whoever reduces)
+    xs = [data(12, r, n, np.float32) for r in range(world)]
+    d = to_dev(xs[rank])
+    comm.allreduce(d, d, n, "float32", "avg", stream=s)
+    comm.synchronize(s)
+    got = from_dev(d, xs[rank])
+    want = xs[0].copy()
+    for x in xs[1:]:
+        want = want + x
+    np.testing.assert_array_equal(got, want / np.float32(world))
+    rt.free(d)
+    # broadcast, all-gather (in place too), reduce-scatter
+    m = (1 << 20) + 3
+    xs = [data(13, r, m, np.float32) for r in range(world)]
+    d = to_dev(xs[rank])
+    comm.broadcast(d, d, m, "float32", root=world - 1, stream=s)
+    comm.synchronize(s)
+    np.testing.assert_array_equal(from_dev(d, xs[rank]), xs[world - 1])
+    rt.free(d)
+    full = np.zeros(m * world, np.float32)
+    full[rank * m:(rank + 1) * m] = xs[rank]
+    dst = to_dev(full)
+    comm.allgather(dst + rank * m * 4, dst, m, "float32", stream=s)
+    comm.synchronize(s)
+    np.testing.assert_array_equal(from_dev(dst, full), np.concatenate(xs))
+    rt.free(dst)
+    big = [data(14, r, m * world, np.float32) for r in range(world)]
+    src, dst = to_dev(big[rank]), to_dev(np.zeros(m, np.float32))
+    comm.reduce_scatter(src, dst, m, "float32", "sum", stream=s)
+    comm.synchronize(s)
+    want = big[0][rank * m:(rank + 1) * m].copy()
+    for b in big[1:]:
+        want = want + b[rank * m:(rank + 1) * m]
+    np.testing.assert_array_equal(from_dev(dst, np.zeros(m, np.float32)), want)
+    rt.free(src)
+    rt.free(dst)
+    comm.destroy()
+    with open("/proc/self/maps") as f:  # the peers' buffers are unmapped
+        mapped = [line for line in f if "openreg-device" in line]
+    assert len(mapped) == 2, mapped  # this process's own device: addresses + kernel view
+    print("OK", "shm+ipc" if expect else "shm")
+    sys.exit(0)
+elif case == "split":
+    # Even and odd ranks form two sub-communicators; the last rank opts out.
+    color = -1 if (world > 2 and rank == world - 1) else rank % 2
+    sub = comm.split(color, -rank)  # key: reversed order
+    if color < 0:
+        assert sub is None
+    else:
+        members = [r for r in range(world) if r % 2 == color and not (world > 2 and r == world - 1)]
+        assert sub.size == len(members), (sub.size, members)
+        assert sub.rank == sorted(members, reverse=True).index(rank)
+        n = 300_000
+        x = np.full(n, rank + 1, np.float32)
+        d = to_dev(x)
+        sub.allreduce(d, d, n, "float32", "sum", stream=s)
+        sub.synchronize(s)
+        np.testing.assert_array_equal(from_dev(d, x), np.full(n, sum(m + 1 for m in members), np.float32))
+        rt.free(d)
+        sub.destroy()
+    # the parent still works after the split
+    d = to_dev(np.ones(10, np.float32))
+    comm.allreduce(d, d, 10, "float32", "sum", stream=s)
+    comm.synchronize(s)
+    np.testing.assert_array_equal(from_dev(d, np.ones(10, np.float32)), np.full(10, world, np.float32))
+    print("OK")
+elif case == "impostor":
+    for sock in impostors:  # each was refused: closed without an answer
+        assert sock.recv(64) == b""
+        sock.close()
+    d = to_dev(np.ones(1000, np.float32))
+    comm.allreduce(d, d, 1000, "float32", "sum", stream=s)
+    comm.synchronize(s)
+    np.testing.assert_array_equal(from_dev(d, np.ones(1000, np.float32)), np.full(1000, world, np.float32))
+    print("OK", comm.transport)
 elif case == "async":
     # The launch returns at once although the peer joins later: the work runs
     # on a device worker, and the stream reports not-ready meanwhile.
