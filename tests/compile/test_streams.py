@@ -82,3 +82,17 @@ class TestTrace:
             f(a, b)
         fused = [n for n in names if n.startswith("cpp_fused")]
         assert fused and any("mm" in n for n in names), names
+
+    def test_compiled_kernels_in_a_profiler_trace(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        f = torch.compile(lambda a: (a * 2).sin().sum(0))
+        a = torch.randn(32, 32, device="openreg")
+        f(a)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            f(a)
+        kernels = [e for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.PrivateUse1]
+        fused = [e for e in kernels if e.name.startswith("cpp_fused")]
+        assert fused, [e.name for e in kernels]
+        assert all(e.device_index == 0 and e.time_range.elapsed_us() > 0 for e in fused)
