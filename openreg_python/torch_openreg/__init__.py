@@ -46,7 +46,8 @@ def _register() -> None:
     openreg.serialization._register()
 
 # The Kineto plugin and the legacy profiler stubs register themselves when
-# their library loads; it must be loaded before the first profile starts.
+# their library loads. Loading it with the package makes it the process's
+# PrivateUse1 profiler: Kineto only ever uses the first one registered.
 from . import profiler  # noqa: E402,F401
 
 
