@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from _timing import bench  # benchmarks/ is on sys.path when run as a script
+
 CASES = ("pointwise chain 4M", "MLP 256-512-512-10, batch 64", "transformer block d=128 seq=64")
 
 
@@ -45,19 +47,6 @@ def build(torch, case, dev, quick):
         return m, (torch.randn(64, 256, device=dev),)
     m = nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True).to(dev).train()
     return m, (torch.randn(8, 64, 128, device=dev),)
-
-
-def timed(fn, sync, inner, repeats):
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        sync()
-        times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
 
 
 def child_compile(case, dev, quick):
@@ -109,8 +98,8 @@ def main():
             speedups, eager_t, comp_t = [], [], []
             with torch.no_grad():
                 for _ in range(rounds):
-                    te = timed(lambda: fn(*args), sync, inner, repeats)
-                    tc = timed(lambda: compiled(*args), sync, inner, repeats)
+                    te = bench(lambda: fn(*args), sync, inner, repeats)
+                    tc = bench(lambda: compiled(*args), sync, inner, repeats)
                     eager_t.append(te)
                     comp_t.append(tc)
                     speedups.append(te / tc)
