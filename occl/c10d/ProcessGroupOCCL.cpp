@@ -482,15 +482,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::allreduce(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  TORCH_CHECK(!tensors.empty(), "OCCL: allreduce_coalesced needs tensors");
-  c10::intrusive_ptr<WorkOCCL> last;
+  return coalesce("allreduce_coalesced", tensors.size(), tensors, [&](size_t i) {
+    std::vector<at::Tensor> one{tensors[i]};
+    return allreduce(one, opts);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::coalesce(
+    const char* name, size_t n, std::vector<at::Tensor> outputs,
+    const std::function<c10::intrusive_ptr<c10d::Work>(size_t)>& one) {
+  TORCH_CHECK(n > 0, "OCCL: ", name, " needs tensors");
   const uint64_t first_seq = seq_ + 1;
-  for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
-    last = c10::static_intrusive_pointer_cast<WorkOCCL>(allreduce(one, opts));
-  }
+  c10::intrusive_ptr<WorkOCCL> last;
+  for (size_t i = 0; i < n; ++i) last = c10::static_intrusive_pointer_cast<WorkOCCL>(one(i));
   // One Work for the whole set: it completes with the last operation.
-  last->outputs_ = tensors;
+  last->outputs_ = std::move(outputs);
   last->seq_ = first_seq;
   seq_ = first_seq;
   return last;
@@ -576,15 +582,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::allgather_into_tensor_coalesced
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "OCCL: as many outputs as inputs");
-  c10::intrusive_ptr<WorkOCCL> last;
-  const uint64_t first_seq = seq_ + 1;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    last = c10::static_intrusive_pointer_cast<WorkOCCL>(_allgather_base(outputs[i], inputs[i], opts));
-  TORCH_CHECK(last, "OCCL: allgather_into_tensor_coalesced needs tensors");
-  last->outputs_ = outputs;
-  last->seq_ = first_seq;
-  seq_ = first_seq;
-  return last;
+  return coalesce("allgather_into_tensor_coalesced", inputs.size(), outputs,
+                  [&](size_t i) { return _allgather_base(outputs[i], inputs[i], opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::_reduce_scatter_base(
@@ -628,15 +627,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::reduce_scatter_tensor_coalesced
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(), "OCCL: as many outputs as inputs");
-  c10::intrusive_ptr<WorkOCCL> last;
-  const uint64_t first_seq = seq_ + 1;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    last = c10::static_intrusive_pointer_cast<WorkOCCL>(_reduce_scatter_base(outputs[i], inputs[i], opts));
-  TORCH_CHECK(last, "OCCL: reduce_scatter_tensor_coalesced needs tensors");
-  last->outputs_ = outputs;
-  last->seq_ = first_seq;
-  seq_ = first_seq;
-  return last;
+  return coalesce("reduce_scatter_tensor_coalesced", inputs.size(), outputs,
+                  [&](size_t i) { return _reduce_scatter_base(outputs[i], inputs[i], opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::alltoall_base(

@@ -178,6 +178,12 @@ class ProcessGroupOCCL : public c10d::Backend {
                                    std::vector<at::Tensor> inputs,
                                    const std::function<occlResult_t(occlComm_t, orStream_t)>& fn,
                                    std::vector<std::pair<at::Tensor, at::Tensor>> copy_back = {});
+  // The *_coalesced operations: `one(i)` runs operation i of `n`; the
+  // returned Work completes with the last of them, reports `outputs`, and
+  // the group spends one sequence number on the whole set.
+  c10::intrusive_ptr<c10d::Work> coalesce(
+      const char* name, size_t n, std::vector<at::Tensor> outputs,
+      const std::function<c10::intrusive_ptr<c10d::Work>(size_t)>& one);
   void teardown(bool abort);
 
   c10::intrusive_ptr<c10d::Store> store_;
