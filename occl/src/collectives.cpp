@@ -49,6 +49,12 @@ bool debug_enabled() {
   return on;
 }
 
+// Someone is tracing: collectives then annotate their launches.
+bool tracing() {
+  int active = 0;
+  return orTraceIsActive(&active) == orSuccess && active;
+}
+
 // [a, a+len) of part i when n elements are split into `parts` nearly equal parts.
 inline void part(size_t n, int parts, int i, size_t* off, size_t* len) {
   const size_t q = n / size_t(parts), r = n % size_t(parts);
@@ -112,12 +118,14 @@ occlResult_t enqueue(occlComm* c, const char* name, std::string describe, orStre
   auto* op = new Op{c, 0, name, std::move(describe), std::move(body)};
   op->seq = c->enqueued.fetch_add(1) + 1;
   c->inflight.fetch_add(1);
-  const char* collective = strncmp(name, "occl:", 5) == 0 ? name + 5 : name;
-  orTraceSetLaunchAnnotation(
-      format("Collective name=\"%s\"\nGroup size=%d\nSeq=%llu\nProcess Group Name=\"%s\"%s%s",
-             collective, c->nranks, (unsigned long long)op->seq, c->name.c_str(),
-             op->describe.empty() ? "" : "\n", op->describe.c_str())
-          .c_str());
+  if (tracing()) {
+    const char* collective = strncmp(name, "occl:", 5) == 0 ? name + 5 : name;
+    orTraceSetLaunchAnnotation(
+        format("Collective name=\"%s\"\nGroup size=%d\nSeq=%llu\nProcess Group Name=\"%s\"%s%s",
+               collective, c->nranks, (unsigned long long)op->seq, c->name.c_str(),
+               op->describe.empty() ? "" : "\n", op->describe.c_str())
+            .c_str());
+  }
   if (orLaunchKernel(stream, run_op, op, name, orLaunchNeverInline) != orSuccess) {
     orGetLastError();
     c->inflight.fetch_sub(1);
@@ -191,6 +199,7 @@ occlResult_t guarded(const char* call, F&& f) {
 // attached to its launch for profilers (orTraceSetLaunchAnnotation), as the
 // c10d metadata of NCCL traces.
 std::string describe(size_t count, occlDataType_t t, const char* extra = "") {
+  if (!debug_enabled() && !tracing()) return {};
   return format("In msg nelems=%zu\ndtype=\"%s\"%s", count, type_name(t), extra);
 }
 

@@ -339,6 +339,9 @@ OR_API orError_t orTraceSubscribe(orTraceSubscriber_t* subscriber,
 /* After this returns, the subscriber's callback is not running and will not
  * be called again. */
 OR_API orError_t orTraceUnsubscribe(orTraceSubscriber_t subscriber);
+/* *active = 1 while anyone subscribes to the trace: producers that build
+ * annotations check it first, so that untraced launches cost nothing. */
+OR_API orError_t orTraceIsActive(int* active);
 /* Attach `annotation` to the next piece of work this host thread launches
  * while someone is tracing (copied; NULL clears it). Format: one "key=value"
  * per line, value in JSON (e.g. "Collective name=\"allreduce\"\nGroup size=2"):

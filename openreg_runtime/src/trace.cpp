@@ -110,6 +110,12 @@ orError_t orTraceUnsubscribe(orTraceSubscriber_t subscriber) {
   return orSuccess;
 }
 
+orError_t orTraceIsActive(int* active) {
+  if (!active) return fail(orErrorInvalidValue, "orTraceIsActive: active is NULL");
+  *active = tracing_enabled() ? 1 : 0;
+  return orSuccess;
+}
+
 orError_t orTraceSetLaunchAnnotation(const char* annotation) {
   if (annotation && tracing_enabled()) {
     t_annotation = annotation;

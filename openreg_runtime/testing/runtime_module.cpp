@@ -492,6 +492,11 @@ class OpenRegError(RuntimeError):
       .def("stop", &TraceRecorder::stop);
   m.def("trace_start", [] { default_recorder().start(); });
   m.def("trace_stop", [] { return default_recorder().stop(); });
+  m.def("trace_is_active", [] {
+    int active = 0;
+    check(orTraceIsActive(&active));
+    return bool(active);
+  });
   m.def("set_launch_annotation", [](std::optional<std::string> a) {
     check(orTraceSetLaunchAnnotation(a ? a->c_str() : nullptr));
   });

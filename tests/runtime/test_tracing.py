@@ -128,8 +128,10 @@ class TestLaunchAnnotations:
         rec = rt.TraceRecorder()
         p = rt.malloc(4096)
         try:
+            assert not rt.trace_is_active()
             rt.set_launch_annotation('Collective name="test"\nGroup size=2')  # not tracing: dropped
             rec.start()
+            assert rt.trace_is_active()
             rt.memset(p, 0, 512)
             rt.set_launch_annotation('Collective name="test"\nGroup size=2')
             rt.memset(p, 1, 1024)
