@@ -335,6 +335,141 @@ void exchange_buffers(occlComm* c, const OpCtx& ctx, const OpDesc& d, const void
   }
 }
 
+bool use_tcp_pipeline(const occlComm* c, size_t bytes) {
+  return c->all_tcp && c->nranks > 1 && bytes > kSmallAllReduce;
+}
+
+// Bytes of each rank's share of a chunk (OCCL_TCP_CHUNK overrides), and how
+// many chunks of every peer may be staged at once.
+size_t tcp_share_bytes() {
+  static const size_t v = [] {
+    const char* e = getenv("OCCL_TCP_CHUNK");
+    const long long k = e ? atoll(e) : 0;
+    return k > 0 ? size_t(k) : size_t(512) << 10;
+  }();
+  return v;
+}
+constexpr size_t kTcpStages = 8;
+
+// [docs:occl-allreduce-tcp]
+// All-reduce when every peer is reached over TCP: a pipelined reduce-scatter
+// + all-gather that moves data straight between the users' buffers. Each
+// rank sends every peer that peer's share of every chunk straight from its
+// input (no copy into a slot), receives its own share of each chunk from
+// every peer into a small ring of staging buffers, reduces chunk k as soon
+// as all of it has arrived (while later chunks are still on the wire), and
+// sends its reduced share of chunk k to every peer, which receives it
+// straight into its output. A staging buffer is handed back to the socket
+// only once its chunk is reduced; until then the peer's next frames wait in
+// the kernel's socket buffers (flow control). Every share is reduced from
+// the ranks' inputs in rank order, as the shared-memory paths do.
+void allreduce_tcp(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
+                   occlDataType_t t, occlRedOp_t op) {
+  const size_t es = occlTypeSize(t);
+  const int n = c->nranks, me = c->rank;
+  const uint64_t seq = ++c->coll_seq;
+  // One round first: all ranks run this same all-reduce before any data
+  // frame is sent (a mismatch fails here, as in every other collective).
+  c->post_and_wait(ctx, desc(kAllReduce, t, seq, count, -1, op.kind, 0));
+  const size_t chunk = std::max<size_t>(size_t(n), tcp_share_bytes() / es * size_t(n));
+  const size_t nchunks = ceil_div(count, chunk);
+  const size_t stages = std::min(kTcpStages, nchunks);
+  const size_t share_max = ceil_div(chunk, size_t(n)) * es;
+  if (c->tcp_stage.size() < size_t(n) * stages * share_max)
+    c->tcp_stage.resize(size_t(n) * stages * share_max);
+  auto stage = [&](int p, size_t k) {
+    return c->tcp_stage.data() + (size_t(p) * stages + k % stages) * share_max;
+  };
+  // Byte range of rank p's share of chunk k.
+  auto share = [&](size_t k, int p, size_t* at, size_t* bytes) {
+    size_t o, l;
+    part(std::min(chunk, count - k * chunk), n, p, &o, &l);
+    *at = (k * chunk + o) * es;
+    *bytes = l * es;
+  };
+  // Data frame ids, per peer: chunk k of the reduce-scatter is k, of the
+  // all-gather nchunks + k. Empty shares (count < n) are not sent.
+  auto post_rs = [&](size_t k) {
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      size_t at, bytes;
+      share(k, me, &at, &bytes);
+      if (bytes) c->tcp_post_recv(p, k, stage(p, k), bytes);
+    }
+  };
+  auto post_ag = [&]() {
+    for (size_t k = 0; k < nchunks; ++k)
+      for (int p = 0; p < n; ++p) {
+        if (p == me) continue;
+        size_t at, bytes;
+        share(k, p, &at, &bytes);
+        if (bytes) c->tcp_post_recv(p, nchunks + k, out + at, bytes);
+      }
+  };
+  // How many data frames each peer has sent us once the reduce-scatter of
+  // chunk k is complete (a share is empty only if a chunk has fewer elements
+  // than there are ranks; nothing is sent for it).
+  std::vector<uint64_t> base(static_cast<size_t>(n)), upto(nchunks);
+  for (int p = 0; p < n; ++p) base[size_t(p)] = c->peers[size_t(p)].data_got;
+  for (size_t k = 0; k < nchunks; ++k) {
+    size_t at, bytes;
+    share(k, me, &at, &bytes);
+    upto[k] = (k ? upto[k - 1] : 0) + (bytes ? 1 : 0);
+  }
+  for (size_t k = 0; k < stages; ++k) post_rs(k);
+  if (stages == nchunks) post_ag();
+  size_t posted = stages;
+  // Every peer's share of every chunk leaves straight from the input.
+  for (size_t k = 0; k < nchunks; ++k)
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      size_t at, bytes;
+      share(k, p, &at, &bytes);
+      if (bytes) c->tcp_send_data(p, k, in + at, bytes);
+    }
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  size_t reduced = 0;
+  auto arrived = [&](int p) { return c->peers[size_t(p)].data_got - base[size_t(p)]; };
+  for (;;) {
+    bool moved = false;
+    while (reduced < nchunks) {
+      bool ready = true;
+      for (int p = 0; p < n && ready; ++p)
+        ready = p == me || arrived(p) >= upto[reduced];
+      if (!ready) break;
+      const size_t k = reduced;
+      size_t at, bytes;
+      share(k, me, &at, &bytes);
+      for (int p = 0; p < n; ++p) srcs[size_t(p)] = p == me ? in + at : stage(p, k);
+      if (bytes) reduce(out + at, srcs.data(), n, bytes / es, t, op, n);  // out may alias in
+      for (int p = 0; p < n; ++p)
+        if (p != me && bytes) c->tcp_send_data(p, nchunks + k, out + at, bytes);
+      ++reduced;
+      // Its staging buffers are free again: post them for chunk k + stages,
+      // and after the last chunk's, the all-gather's (straight into out).
+      if (posted < nchunks) {
+        post_rs(posted++);
+        if (posted == nchunks) post_ag();
+      }
+      moved = true;
+    }
+    bool done = reduced == nchunks;
+    for (int p = 0; p < n && done; ++p) done = p == me || c->peers[size_t(p)].posts.empty();
+    if (done) break;
+    if (moved) continue;
+    int behind = -1;
+    for (int p = 0; p < n; ++p)
+      if (p != me && !c->peers[size_t(p)].posts.empty()) {
+        behind = p;
+        c->tcp_check_open(ctx, p);
+      }
+    c->check_peer(ctx, behind >= 0 ? behind : me, "the same all-reduce (over TCP)");
+    c->tcp_pump(ctx, 20);
+  }
+  c->tcp_flush(ctx);  // the input and output stay in use until our frames have left
+}
+// [docs:occl-allreduce-tcp:end]
+
 // [docs:occl-allreduce-zc]
 // Zero-copy all-reduce: after the handle round, in round k each rank reduces
 // its 1/n share of chunk k straight from every rank's input buffer into its
@@ -777,6 +912,8 @@ occlResult_t occlAllReduce(const void* send, void* recv, size_t count, occlDataT
     return enqueue(c, "occl:allreduce", describe(count, t), stream, [=](const OpCtx& ctx) {
       if (use_zero_copy(c, count * es))
         allreduce_zc(c, ctx, send, recv, in, out, count, t, op);
+      else if (use_tcp_pipeline(c, count * es))
+        allreduce_tcp(c, ctx, in, out, count, t, op);
       else
         allreduce_shm(c, ctx, in, out, count, t, op, -1, kAllReduce);
     });

@@ -411,14 +411,25 @@ void finish_init(occlComm* c) {
   }
   // The barrier also tells everyone whether any pair talks over TCP: then
   // every rank uses whole slots per round (the rounds' sizes must agree).
+  // And whether every rank reaches all its peers over TCP: then all of them
+  // run the pipelined TCP all-reduce (the choice of algorithm must agree).
   const int par = c->parity();
-  *c->wslot(par, 0, 1) = c->any_tcp ? 1 : 0;
+  bool mine_all_tcp = c->nranks > 1;
+  for (int p = 0; p < c->nranks; ++p)
+    if (p != c->rank && !c->peers[size_t(p)].tcp) mine_all_tcp = false;
+  char* flags = c->wslot(par, 0, 2);
+  flags[0] = c->any_tcp ? 1 : 0;
+  flags[1] = mine_all_tcp ? 1 : 0;
   OpDesc d;
   d.kind = kBarrier;
   c->post_and_wait(ctx, d);
-  bool tcp_somewhere = false;
-  for (const Peer& p : c->peers) tcp_somewhere = tcp_somewhere || p.slot(par)[0] == 1;
+  bool tcp_somewhere = false, tcp_everywhere = true;
+  for (const Peer& p : c->peers) {
+    tcp_somewhere = tcp_somewhere || p.slot(par)[0] == 1;
+    tcp_everywhere = tcp_everywhere && p.slot(par)[1] == 1;
+  }
   c->slot_bytes = tcp_somewhere ? kSlotBytes : kShmSlotBytes;
+  c->all_tcp = tcp_everywhere;
   if (c->memfd >= 0) close(c->memfd);
   c->memfd = -1;
   c->zero_copy = true;  // mirrors of TCP peers say 0

@@ -150,6 +150,16 @@ struct Peer {
     dirty_hi[par] = std::max(dirty_hi[par], off + len);
   }
   std::deque<TcpMessage> inbox;        // point-to-point messages received
+  // Data frames (the pipelined TCP all-reduce): each lands straight in the
+  // buffer posted for it, in order. A frame that arrives before its buffer
+  // is posted stays in the socket (flow control).
+  struct DataPost {
+    uint64_t id;
+    char* dst;
+    size_t len;
+  };
+  std::deque<DataPost> posts;
+  uint64_t data_got = 0;               // data frames received
   bool closed = false;                 // it closed the connection (after its last frame)
   Ctrl* ctrl() const { return reinterpret_cast<Ctrl*>(base); }
   SlotHeader* slot_header(int parity) const {
@@ -226,6 +236,12 @@ struct occlComm {
   void tcp_pump(const occl::OpCtx& ctx, int timeout_ms);
   void tcp_flush(const occl::OpCtx& ctx);
   void tcp_send_message(int p, int64_t tag, const char* data, size_t bytes);
+  // Data frames: queue `bytes` from `data` (which must stay valid until
+  // tcp_flush) for peer p, and post where peer p's next data frame goes.
+  void tcp_send_data(int p, uint64_t id, const char* data, size_t bytes);
+  void tcp_post_recv(int p, uint64_t id, char* dst, size_t bytes);
+  bool all_tcp = false;   // every peer is reached over TCP
+  std::vector<char> tcp_stage;  // staging of the pipelined TCP all-reduce
   // Throws if TCP peer p is gone (so nothing more will come from it).
   void tcp_check_open(const occl::OpCtx& ctx, int p);
   struct IpcEntry {

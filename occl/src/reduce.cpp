@@ -79,12 +79,19 @@ void reduce_typed(T* dst, const void* const* srcs, int nsrcs, size_t count,
   const T* s0 = static_cast<const T*>(srcs[0]);
   const occlRedOpKind_t k = op.kind;
   if (k == occlPreMulSum) {
-    using S = std::conditional_t<is_complex_v<T>, T, T>;
-    const S f = S(op.scalar);
-    for (size_t i = 0; i < count; ++i) dst[i] = T(f * s0[i]);
-    for (int j = 1; j < nsrcs; ++j) {
-      const T* s = static_cast<const T*>(srcs[j]);
-      for (size_t i = 0; i < count; ++i) dst[i] = T(dst[i] + f * s[i]);
+    // Accumulated block by block, so that dst may alias any source (the
+    // TCP and zero-copy paths reduce in place into a rank's own input).
+    const T f = T(op.scalar);
+    constexpr size_t kBlock = 1024;
+    T acc[kBlock];
+    for (size_t base = 0; base < count; base += kBlock) {
+      const size_t m = std::min(kBlock, count - base);
+      for (size_t i = 0; i < m; ++i) acc[i] = T(f * s0[base + i]);
+      for (int j = 1; j < nsrcs; ++j) {
+        const T* s = static_cast<const T*>(srcs[j]) + base;
+        for (size_t i = 0; i < m; ++i) acc[i] = T(acc[i] + f * s[i]);
+      }
+      memcpy(dst + base, acc, m * sizeof(T));
     }
     return;
   }

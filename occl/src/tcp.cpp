@@ -31,12 +31,12 @@ namespace occl {
 namespace {
 
 constexpr uint32_t kFrameMagic = 0x4f434631;  // "OCF1"
-enum FrameType : uint32_t { kRoundFrame = 1, kMessageFrame = 2 };
+enum FrameType : uint32_t { kRoundFrame = 1, kMessageFrame = 2, kDataFrame = 3 };
 struct FrameHdr {
   uint32_t magic;
   uint32_t type;
-  uint64_t a;    // round: the step; message: the tag
-  uint64_t b;    // round: number of ranges; message: bytes
+  uint64_t a;    // round: the step; message: the tag; data: its id
+  uint64_t b;    // round: number of ranges; message, data: bytes
   uint64_t len;  // bytes after this header
 };
 struct RangeHdr {
@@ -320,6 +320,11 @@ size_t round_meta_len(const FrameHdr& h) {
 // many bytes from there belong together.
 void body_target(occlComm* c, int p, const FrameHdr& h, size_t got, char** dst, size_t* want) {
   Peer& peer = c->peers[size_t(p)];
+  if (h.type == kDataFrame) {  // straight into its posted buffer
+    *dst = peer.posts.front().dst + got;
+    *want = size_t(h.len) - got;
+    return;
+  }
   if (h.type != kRoundFrame) {
     *dst = peer.in_body.get() + got;
     *want = size_t(h.len) - got;
@@ -355,12 +360,23 @@ void deliver(occlComm* c, int p, const FrameHdr& h) {
     const uint32_t step = uint32_t(h.a);
     memcpy(peer.slot_header(int((step - 1) & 1u)), peer.in_body.get(), sizeof(SlotHeader));
     peer.tcp_step = step;
+  } else if (h.type == kDataFrame) {
+    peer.posts.pop_front();
+    ++peer.data_got;
   } else if (h.type == kMessageFrame) {
     peer.inbox.push_back(TcpMessage{int64_t(h.a), std::move(peer.in_body), size_t(h.len)});
     peer.in_cap = 0;
   } else {
     throw Error(occlInternalError, format("rank %d sent an unknown frame", p));
   }
+}
+
+// A data frame's header has arrived but no buffer is posted for it yet.
+bool data_frame_blocked(const Peer& peer) {
+  if (peer.in_got < sizeof(FrameHdr) || !peer.posts.empty()) return false;
+  FrameHdr h;
+  memcpy(&h, peer.in_hdr.data(), sizeof(h));
+  return h.type == kDataFrame;
 }
 
 [[noreturn]] void lost(occlComm* c, const OpCtx& ctx, int p, const char* how) {
@@ -378,7 +394,8 @@ void occlComm::tcp_pump(const OpCtx& ctx, int timeout_ms) {
   for (int p = 0; p < nranks; ++p) {
     Peer& peer = peers[size_t(p)];
     if (!peer.tcp || peer.sock < 0 || peer.closed) continue;
-    pfs.push_back(pollfd{peer.sock, short(POLLIN | (peer.outq.empty() ? 0 : POLLOUT)), 0});
+    const short in = data_frame_blocked(peer) ? 0 : POLLIN;
+    pfs.push_back(pollfd{peer.sock, short(in | (peer.outq.empty() ? 0 : POLLOUT)), 0});
     who.push_back(p);
   }
   if (pfs.empty()) return;
@@ -417,13 +434,27 @@ void occlComm::tcp_pump(const OpCtx& ctx, int timeout_ms) {
           if (h.magic != kFrameMagic) lost(this, ctx, p, "carried garbage");
           // A round frame's slot data goes straight into the mirror: only
           // its header part is buffered. A message is buffered whole.
-          const size_t buffered = h.type == kRoundFrame ? round_meta_len(h) : size_t(h.len);
+          const size_t buffered = h.type == kRoundFrame ? round_meta_len(h)
+                                  : h.type == kDataFrame ? 0 : size_t(h.len);
           if (peer.in_cap < buffered || !peer.in_body) {
             peer.in_body.reset(new char[std::max<size_t>(1, buffered)]);
             peer.in_cap = buffered;
           }
         }
         memcpy(&h, peer.in_hdr.data(), kH);
+        if (h.type == kDataFrame) {
+          // Left in the socket until its buffer is posted (flow control).
+          if (peer.posts.empty()) break;
+          if (peer.posts.front().id != h.a || peer.posts.front().len != h.len)
+            throw Error(occlInvalidUsage,
+                        format("%s (seq %llu): rank %d sent data frame %llu of %llu bytes, but "
+                               "rank %d expected frame %llu of %llu bytes (mismatched "
+                               "collectives?)",
+                               ctx.name, (unsigned long long)ctx.seq, p,
+                               (unsigned long long)h.a, (unsigned long long)h.len, rank,
+                               (unsigned long long)peer.posts.front().id,
+                               (unsigned long long)peer.posts.front().len));
+        }
         size_t got = peer.in_got - kH;
         if (got < h.len) {
           char* dst;
@@ -512,6 +543,15 @@ void occlComm::tcp_flush(const OpCtx& ctx) {
 void occlComm::tcp_send_message(int p, int64_t tag, const char* data, size_t bytes) {
   push_frame(peers[size_t(p)], kMessageFrame, uint64_t(tag), bytes, {}, {{data, bytes}});
   send_some(peers[size_t(p)]);
+}
+
+void occlComm::tcp_send_data(int p, uint64_t id, const char* data, size_t bytes) {
+  push_frame(peers[size_t(p)], kDataFrame, id, bytes, {}, {{data, bytes}});
+  send_some(peers[size_t(p)]);
+}
+
+void occlComm::tcp_post_recv(int p, uint64_t id, char* dst, size_t bytes) {
+  peers[size_t(p)].posts.push_back(Peer::DataPost{id, dst, bytes});
 }
 
 void occlComm::tcp_check_open(const OpCtx& ctx, int p) {

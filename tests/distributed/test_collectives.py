@@ -33,6 +33,20 @@ class TestCollectives:
         for _, out, _ in results:
             assert out.rstrip().endswith("OK"), out
 
+    # Over TCP, large all-reduce is a pipeline of its own (direct sends from
+    # the input, staged receives, reductions overlapping the transfers):
+    # small chunks, so that the staging buffers wrap and the last chunk is
+    # smaller than the number of ranks.
+    @pytest.mark.parametrize("nranks", [2, 3])
+    def test_tcp_pipelined_allreduce(self, nranks):
+        results = run_ranks("collectives.py", nranks, timeout=400,
+                            env={"ONLY": "test_large_allreduce_every_dtype",
+                                 "OCCL_TRANSPORT": "tcp", "OCCL_TCP_CHUNK": "4096",
+                                 "OCCL_EXPECT_TRANSPORT": "tcp"})
+        check_ok(results)
+        for _, out, _ in results:
+            assert out.rstrip().endswith("OK"), out
+
     def test_registered_on_import(self):
         r = run_python(
             "import torch, torch.distributed as dist\n"

@@ -224,8 +224,40 @@ def test_noncontiguous_large_p2p_coalesced_objects():
     dist.barrier()
 
 
+def test_large_allreduce_every_dtype():
+    # Above 256 KiB all-reduce takes its pipelined paths (zero copy, the
+    # slots, or over TCP the direct pipeline): every dtype and op, in place
+    # and out of place (non-contiguous), with a size that is no multiple of
+    # the chunk or of the number of ranks. With OCCL_TCP_CHUNK set (bytes of
+    # a rank's share of a chunk) the size is a whole number of chunks plus
+    # one element, so the last chunk leaves some ranks an empty share.
+    share = int(os.environ.get("OCCL_TCP_CHUNK", "0"))
+    for i, dtype in enumerate(ALL):
+        es = torch.empty((), dtype=dtype).element_size()
+        if share:
+            chunk = world * (share // es)
+            n = (max(1, (300_000 // es) // chunk) + 1) * chunk + 1
+        else:
+            n = 300_007 // es + 2 * 131_071 // es
+        for op in ops_for(dtype):
+            xs = [make(11 + i, r, (n,), dtype) for r in range(world)]
+            rop = dist._make_nccl_premul_sum(0.5) if op == "premul" else op
+            t = xs[rank].to(dev)
+            dist.all_reduce(t, op=rop)
+            check(t, oracle(xs, op, dtype))
+        # non-contiguous (the glue reduces a dense copy and copies it back)
+        xs = [make(5 + i, r, (2, n), dtype) for r in range(world)]
+        t = xs[rank].to(dev)[:, : n - 1]
+        assert not t.is_contiguous()
+        dist.all_reduce(t)
+        check(t, oracle([x[:, : n - 1] for x in xs], R.SUM, dtype))
+
+
+only = os.environ.get("ONLY")
 for fn in [test_allreduce, test_rooted_and_gathering, test_all_to_all_uneven,
-           test_noncontiguous_large_p2p_coalesced_objects]:
+           test_noncontiguous_large_p2p_coalesced_objects, test_large_allreduce_every_dtype]:
+    if only and fn.__name__ != only:
+        continue
     if fn is test_all_to_all_uneven and world > 4:
         continue
     fn()
