@@ -211,10 +211,11 @@ constexpr size_t kSmallAllReduce = size_t(256) << 10;
 // [docs:occl-allreduce]
 // All-reduce over shared memory. Small messages: one round, every rank
 // reduces everything. Large messages: a pipelined reduce-scatter +
-// all-gather. In round k each rank copies chunk k of its input into its slot,
-// reduces its 1/n share of chunk k from all slots (into the next slot's share
-// area) and copies all ranks' reduced shares of chunk k-1 into its output,
-// so copy-in, reduction and copy-out of neighbouring chunks overlap.
+// all-gather. In round k each rank copies the other ranks' shares of chunk k
+// of its input into its slot, reduces its own 1/n share of chunk k from its
+// input and the other ranks' slots (into the next slot's share area) and
+// copies all ranks' reduced shares of chunk k-1 into its output, so copy-in,
+// reduction and copy-out of neighbouring chunks overlap.
 void allreduce_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
                    occlDataType_t t, occlRedOp_t op, int root /* -1: all */, uint32_t kind) {
   const size_t es = occlTypeSize(t);
@@ -239,12 +240,12 @@ void allreduce_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
     const int par = c->parity();
     if (k < nchunks) {
       // Rank p reads only its share of this chunk from our slot (TCP peers
-      // are sent only that).
-      memcpy(c->self().slot(par), in + k * chunk * es, chunk_len(k) * es);
+      // are sent only that); our own share is reduced straight from `in`.
       for (int p = 0; p < n; ++p) {
+        if (p == c->rank) continue;
         size_t o, l;
         part(chunk_len(k), n, p, &o, &l);
-        c->wslot(par, o * es, l * es, p);
+        memcpy(c->wslot(par, o * es, l * es, p), in + (k * chunk + o) * es, l * es);
       }
     }
     c->post_and_wait(ctx, desc(kind, t, seq, count, root, op.kind, uint32_t(k)));
@@ -260,7 +261,8 @@ void allreduce_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
     if (k < nchunks) {  // reduce this rank's share of chunk k
       size_t o, l;
       part(chunk_len(k), n, c->rank, &o, &l);
-      for (int p = 0; p < n; ++p) srcs[size_t(p)] = c->peers[size_t(p)].slot(par) + o * es;
+      for (int p = 0; p < n; ++p)
+        srcs[size_t(p)] = p == c->rank ? in + (k * chunk + o) * es : c->peers[size_t(p)].slot(par) + o * es;
       reduce(c->wslot(par ^ 1, share_off + o * es, l * es), srcs.data(), n, l, t, op, n);
     }
   }
