@@ -3,8 +3,8 @@ collectives between ranks on this machine, both backends in one run.
 
     python benchmarks/collectives.py            # 2 and 4 ranks, full sizes
     python benchmarks/collectives.py --quick    # a smoke run (tests/benchmarks)
-    python benchmarks/collectives.py --variants zero-copy,copy-in,tcp \
-        --plot docs/images/collectives.png        # every transport, and the plot
+    python benchmarks/collectives.py --variants zero-copy,copy-in,tcp --repeat 3 \
+        --plot docs/images/collectives.png        # every transport, medians of 3 runs, the plot
 
 Each rank times every operation (medians over iterations, after warm-up) with
 occl on openreg tensors and gloo on CPU tensors; rank 0 prints a table and
@@ -110,6 +110,18 @@ def launch(nranks, quick, timeout, extra_env=None):
     return json.loads(outs[0].strip().splitlines()[-1])
 
 
+def median_rows(runs):
+    """Per (op, size, backend): the median time and bus bandwidth over runs
+    (a busy machine's runs differ far more than a run's iterations)."""
+    out = []
+    for row in runs[0]:
+        same = [next(r for r in run if (r["op"], r["bytes"], r["backend"]) ==
+                     (row["op"], row["bytes"], row["backend"])) for run in runs]
+        out.append(dict(row, **{k: statistics.median(r[k] for r in same)
+                                for k in ("us", "algbw", "busbw")}))
+    return out
+
+
 def fmt_size(b):
     return f"{b // MiB} MiB" if b >= MiB else f"{b} B"
 
@@ -123,6 +135,9 @@ def main():
     ap.add_argument("--variants", default="zero-copy",
                     help="occl transports to measure, comma-separated: " + ",".join(VARIANTS))
     ap.add_argument("--json", default=None, help="write every measurement here")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="launch each configuration this many times and report the medians "
+                         "(of times and bandwidths, per backend)")
     args = ap.parse_args()
     if args.worker:
         return worker(args.quick)
@@ -130,8 +145,9 @@ def main():
     variants = args.variants.split(",")
     for n in map(int, args.ranks.split(",")):
         for variant in variants:
-            rows = launch(n, args.quick, timeout=120 if args.quick else 1200,
-                          extra_env=VARIANTS[variant])
+            runs = [launch(n, args.quick, timeout=120 if args.quick else 1200,
+                           extra_env=VARIANTS[variant]) for _ in range(args.repeat)]
+            rows = median_rows(runs)
             all_rows[(n, variant)] = rows
             print(f"\n{n} ranks, occl {variant}{' (quick)' if args.quick else ''}")
             print(f"{'op':<15}{'size':>9}{'occl us':>11}{'gloo us':>11}{'occl busbw':>12}"
