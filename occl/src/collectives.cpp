@@ -389,46 +389,43 @@ void allreduce_tcp(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
     *at = (k * chunk + o) * es;
     *bytes = l * es;
   };
-  // Data frame ids, per peer: chunk k of the reduce-scatter is k, of the
-  // all-gather nchunks + k. Empty shares (count < n) are not sent.
-  auto post_rs = [&](size_t k) {
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      size_t at, bytes;
-      share(k, me, &at, &bytes);
-      if (bytes) c->tcp_post_recv(p, k, stage(p, k), bytes);
-    }
-  };
-  auto post_ag = [&]() {
-    for (size_t k = 0; k < nchunks; ++k)
-      for (int p = 0; p < n; ++p) {
-        if (p == me) continue;
-        size_t at, bytes;
-        share(k, p, &at, &bytes);
-        if (bytes) c->tcp_post_recv(p, nchunks + k, out + at, bytes);
-      }
-  };
-  // How many data frames each peer has sent us once the reduce-scatter of
-  // chunk k is complete (a share is empty only if a chunk has fewer elements
-  // than there are ranks; nothing is sent for it).
-  std::vector<uint64_t> base(static_cast<size_t>(n)), upto(nchunks);
+  // Each peer's frames, and the buffers posted for them, follow one
+  // schedule: reduce-scatter chunks 0 .. stages-1, then, as chunk k is
+  // reduced, all-gather chunk k and reduce-scatter chunk k + stages (whose
+  // staging buffer chunk k has just freed). So a reduced share leaves right
+  // after its reduction, while it is still in cache, and the input is read
+  // no further ahead than the staging allows. Frame ids: chunk k of the
+  // reduce-scatter is k, of the all-gather nchunks + k. Empty shares (a
+  // chunk with fewer elements than ranks) are neither sent nor posted.
+  std::vector<uint64_t> base(static_cast<size_t>(n)), posts(static_cast<size_t>(n), 0);
+  std::vector<uint64_t> need(static_cast<size_t>(n) * nchunks, 0);  // posts through RS chunk k
   for (int p = 0; p < n; ++p) base[size_t(p)] = c->peers[size_t(p)].data_got;
-  for (size_t k = 0; k < nchunks; ++k) {
-    size_t at, bytes;
-    share(k, me, &at, &bytes);
-    upto[k] = (k ? upto[k - 1] : 0) + (bytes ? 1 : 0);
-  }
-  for (size_t k = 0; k < stages; ++k) post_rs(k);
-  if (stages == nchunks) post_ag();
-  size_t posted = stages;
-  // Every peer's share of every chunk leaves straight from the input.
-  for (size_t k = 0; k < nchunks; ++k)
+  auto rs = [&](size_t k) {  // send every peer its share of chunk k, post ours
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       size_t at, bytes;
       share(k, p, &at, &bytes);
       if (bytes) c->tcp_send_data(p, k, in + at, bytes);
+      share(k, me, &at, &bytes);
+      if (bytes) {
+        c->tcp_post_recv(p, k, stage(p, k), bytes);
+        ++posts[size_t(p)];
+      }
+      need[size_t(p) * nchunks + k] = posts[size_t(p)];
     }
+  };
+  auto ag_post = [&](size_t k) {  // every peer's reduced share, straight into out
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      size_t at, bytes;
+      share(k, p, &at, &bytes);
+      if (bytes) {
+        c->tcp_post_recv(p, nchunks + k, out + at, bytes);
+        ++posts[size_t(p)];
+      }
+    }
+  };
+  for (size_t k = 0; k < stages; ++k) rs(k);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   size_t reduced = 0;
   auto arrived = [&](int p) { return c->peers[size_t(p)].data_got - base[size_t(p)]; };
@@ -437,7 +434,7 @@ void allreduce_tcp(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
     while (reduced < nchunks) {
       bool ready = true;
       for (int p = 0; p < n && ready; ++p)
-        ready = p == me || arrived(p) >= upto[reduced];
+        ready = p == me || arrived(p) >= need[size_t(p) * nchunks + reduced];
       if (!ready) break;
       const size_t k = reduced;
       size_t at, bytes;
@@ -446,13 +443,9 @@ void allreduce_tcp(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
       if (bytes) reduce(out + at, srcs.data(), n, bytes / es, t, op, n);  // out may alias in
       for (int p = 0; p < n; ++p)
         if (p != me && bytes) c->tcp_send_data(p, nchunks + k, out + at, bytes);
+      ag_post(k);
       ++reduced;
-      // Its staging buffers are free again: post them for chunk k + stages,
-      // and after the last chunk's, the all-gather's (straight into out).
-      if (posted < nchunks) {
-        post_rs(posted++);
-        if (posted == nchunks) post_ag();
-      }
+      if (k + stages < nchunks) rs(k + stages);
       moved = true;
     }
     bool done = reduced == nchunks;
