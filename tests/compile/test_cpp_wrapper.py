@@ -62,6 +62,14 @@ class TestCppWrapper:
         assert "aoti_torch_openreg_" in code, code
         close(out, f(a, b, c), 1e-4)
 
+    def test_dynamic_shapes(self):
+        torch._dynamo.reset()
+        f = lambda t: (t * 2).softmax(-1) + t.sum()  # noqa: E731
+        compiled = torch.compile(f, dynamic=True, options=CPP)
+        for n in (3, 5, 8):
+            x = torch.randn(n, n + 1)
+            close(compiled(x.to("openreg")), f(x), 1e-4)
+
     def test_device_index(self):
         x = torch.randn(16, 16)
         f = lambda t: t.tanh() * 3  # noqa: E731
