@@ -145,8 +145,6 @@ class UnsupportedConfigError(RuntimeError):
 def _native_paths() -> tuple[str, str]:
     """(include folder, library folder) of the installed backend: the headers
     the C++ wrapper includes and the libraries it links (CMakeLists.txt)."""
-    import os
-
     import torch_openreg
 
     here = os.path.dirname(os.path.abspath(__file__))
