@@ -30,7 +30,8 @@ cuda_backend: str = "cpp"
 # [docs:device-config:end]
 
 # Inductor's FX graph cache key covers torch and its config, not this
-# package's code generators: the hash of our sources goes into the key through
+# package's code generators: the hash of our sources (and of the headers the
+# C++ wrapper includes) goes into the key through
 # this value, so a changed backend never reuses stale compiled graphs.
 backend_source_hash: str = ""
 
@@ -39,7 +40,16 @@ import pathlib  # noqa: E402
 
 from torch.utils._config_module import install_config_module  # noqa: E402
 
-backend_source_hash = hashlib.sha256(b"".join(
-    p.read_bytes() for p in sorted(pathlib.Path(__file__).parent.glob("*.py")))).hexdigest()[:16]
+
+
+def _source_hash() -> str:
+    here = pathlib.Path(__file__).parent
+    # The headers are those the C++ wrapper includes (cpp_wrapper=True).
+    files = sorted([*here.glob("*.py"), *here.glob("include/*.h")])
+    return hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()[:16]
+
+
+backend_source_hash = _source_hash()
+del _source_hash  # a config module holds settings only
 
 install_config_module(sys.modules[__name__])

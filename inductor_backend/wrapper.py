@@ -16,6 +16,7 @@ openreg:
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from typing import Any
 
@@ -141,18 +142,116 @@ class UnsupportedConfigError(RuntimeError):
     """A torch.compile configuration the openreg backend does not support."""
 
 
+def _native_paths() -> tuple[str, str]:
+    """(include folder, library folder) of the installed backend: the headers
+    the C++ wrapper includes and the libraries it links (CMakeLists.txt)."""
+    import torch_openreg
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    return (os.path.join(here, "include"),
+            os.path.join(os.path.dirname(os.path.abspath(torch_openreg.__file__)), "lib"))
+
+
 # [docs:cpp-wrapper]
 class OpenRegCppWrapperCodegen(CppWrapperCpu):
-    """``cpp_wrapper=True`` on openreg: not supported yet. Inductor 2.13's C++
-    wrapper maps device types to ATen through a fixed table (cpp_utils.
-    DEVICE_TO_ATEN: cpu, cuda, xpu, mps, mtia) and allocates through AOTI shims
-    per device type; openreg would need a CppWrapperCpu subclass that emits
-    privateuse1 allocations and launches kernels through openreg_inductor.h."""
+    """``cpp_wrapper=True`` on openreg: Inductor's C++ (CPU) wrapper with the
+    three things it knows only for in-tree devices filled in:
+
+    * devices: ``at::kPrivateUse1`` (cpp_utils.DEVICE_TO_ATEN has no entry
+      for openreg), so buffers come from ``aoti_torch_empty_strided`` on
+      ``aoti_torch_device_type_privateuse1()``: openreg's caching allocator;
+    * operators without a lowering: ``aoti_torch_openreg_<op>`` from
+      openreg's C shim (tools/gen_c_shim.py; torch ships shims only for
+      cpu/cuda/xpu/mps, calling their kernels directly);
+    * kernel calls: each launch goes through openreg_cpp_wrapper.h
+      (kernel-view addresses, orInductorLaunch on the current stream)
+      instead of a direct call of the kernel function.
+    """
+
+    def __init__(self):
+        self.device = "openreg"  # read by CppWrapperCpu.__init__
+        super().__init__()
+        # Kernels are Inductor's CPU C++ kernels (scheduling.py): they need
+        # the CPU's vector ISA flags; CppWrapperCpu sets this for "cpu" only.
+        self.needs_vec_isa = True
+        include_dir, lib_dir = _native_paths()
+        # Linked into the wrapper library (Inductor passes these to the
+        # linker), found again at load time through the rpath.
+        for flag in (f"-I{include_dir}",
+                     os.path.join(lib_dir, "libopenreg_inductor.so"),
+                     os.path.join(lib_dir, "libopenreg_aoti_shim.so"),
+                     f"-Wl,-rpath,{lib_dir}"):
+            self.external_kernel_libs.add(flag)
 
     @staticmethod
     def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
-        exit_scheduling_config()
-        raise UnsupportedConfigError(
-            "torch.compile on openreg: cpp_wrapper=True is not supported; "
-            "use the default Python wrapper (cpp_wrapper=False)")
+        from torch._inductor.virtualized import V
+
+        if V.graph.aot_mode:
+            exit_scheduling_config()
+            raise UnsupportedConfigError(
+                "torch.compile on openreg: AOTInductor (torch._inductor.aoti_compile_and_package) "
+                "is not supported; torch.compile with cpp_wrapper=True is")
+        if not is_subgraph:
+            enter_scheduling_config()
+        # Subgraphs get a wrapper of their own, as in CppWrapperCpu.create.
+        wrapper = OpenRegCppWrapperCodegen()
+        wrapper._openreg_owns_config = not is_subgraph
+        return wrapper
+
+    def generate(self, is_inference):
+        try:
+            return super().generate(is_inference)
+        finally:
+            if getattr(self, "_openreg_owns_config", True):
+                exit_scheduling_config()
+
+    def add_device_include(self, device: str) -> None:
+        if device != "openreg":
+            return super().add_device_include(device)
+        if device in self.included_devices:
+            return
+        # The CPU wrapper's header (the common runtime, precompiled by
+        # Inductor), then openreg's launch helpers and C shim.
+        super().add_device_include("cpu")
+        self.included_devices.add(device)
+        self.header.splice("#include <openreg_cpp_wrapper.h>")
+
+    def codegen_device(self, device):
+        if device.type != "openreg":
+            return super().codegen_device(device)
+        self.used_cached_devices.add("privateuse1")  # aoti_torch_device_type_privateuse1()
+        return f"cached_torch_device_type_privateuse1, {device.index if device.index else 0}"
+
+    def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None,
+                                     triton=True, arg_types=None, **kwargs):
+        if device is None or device.type != "openreg" or triton:
+            return super()._generate_kernel_call_helper(
+                kernel_name, call_args, device=device, triton=triton,
+                arg_types=arg_types, **kwargs)
+        index = device.index if device.index is not None else 0
+        args = []
+        for arg, arg_type in zip(call_args, arg_types):
+            if isinstance(arg_type, str) and "*" in arg_type:
+                args.append(f"({arg_type})(openreg_inductor::kernel_ptr({arg}, view))")
+            else:
+                args.append(str(arg))
+        self.writeline("{")
+        self.writeline(f"    const intptr_t view = orInductorKernelViewOffset({index});")
+        self.writeline(f'    static const char* const name = orInductorInternName("{kernel_name}");')
+        self.writeline(f"    auto body = [&] {{ {kernel_name}({', '.join(args)}); }};")
+        self.writeline(f"    openreg_inductor::launch({index}, name, body);")
+        self.writeline("}")
+
+    def _generate_end_jit(self, result):
+        # The wrapper library is host code, built like the CPU's: Inductor has
+        # compile options and a precompiled header (cpp_wrapper/<device>.h)
+        # only for in-tree device names, and the kernels it contains are CPU
+        # C++ kernels (-O3, vector ISA). openreg's own flags are in
+        # external_kernel_libs (above).
+        self.device = "cpu"
+        try:
+            return super()._generate_end_jit(result)
+        finally:
+            self.device = "openreg"
 # [docs:cpp-wrapper:end]

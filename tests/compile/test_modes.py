@@ -1,6 +1,6 @@
 """Compile modes and guards: fullgraph, dynamic shapes, recompiles, device
-index, autocast, max-autotune, the FX graph cache across processes, and the
-configurations that are not supported (with errors that say so)."""
+index, autocast, max-autotune, the FX graph cache across processes and compile
+worker processes (cpp_wrapper=True: test_cpp_wrapper.py)."""
 
 import pytest
 import torch._dynamo.testing
@@ -77,16 +77,6 @@ class TestModes:
                                         mode="max-autotune-no-cudagraphs")
         assert_openreg_code(codes)
         close(out, f(a, b), 1e-4)
-
-    def test_cpp_wrapper_is_refused_with_a_clear_error(self):
-        from torch_openreg.inductor.wrapper import UnsupportedConfigError
-
-        torch._dynamo.reset()
-        f = torch.compile(lambda x: x + 1, options={"cpp_wrapper": True})
-        with pytest.raises(torch._inductor.exc.InductorError) as info:
-            f(torch.ones(3, device="openreg"))
-        assert isinstance(info.value.inner_exception, UnsupportedConfigError)
-        assert "cpp_wrapper=True is not supported" in str(info.value)
 
     @pytest.mark.slow
     def test_fx_graph_cache_hit_in_a_second_process(self, tmp_path):
