@@ -97,6 +97,8 @@ struct Device {
   std::vector<Stream*> streams;  // guarded by the scheduler lock
   std::vector<std::thread> workers;
   bool workers_started = false;
+  // This device's workers wait here for runnable items (scheduler lock).
+  std::condition_variable work_cv;
 };
 
 // Initialise (once) and return the device, or nullptr with the error set.

@@ -48,8 +48,6 @@ orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
   if (!fn) return fail(orErrorInvalidValue, "orLaunchKernel: fn is NULL");
   if (flags & ~unsigned(orLaunchSynchronous | orLaunchNeverInline))
     return fail(orErrorInvalidValue, "orLaunchKernel: unknown flags 0x%x", flags);
-  Stream* s = resolve_stream(stream, "orLaunchKernel");
-  if (!s) return orPeekAtLastError();
   Item it;
   it.type = Item::Kernel;
   it.name = name ? name : "kernel";
@@ -59,6 +57,16 @@ orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
   // The sanitizer checks the accesses declared for this launch before the
   // kernel runs: a racing kernel fails here and never runs.
   const bool sanitize = san::on();
+  if (sync && !sanitize) {
+    std::string why;
+    bool launched;
+    orError_t e = launch_synchronously(stream, std::move(it), "orLaunchKernel", &launched, &why);
+    if (!launched) return e;
+    if (e != orSuccess) return fail(e, "orLaunchKernel: %s", why.c_str());
+    return orSuccess;
+  }
+  Stream* s = resolve_stream(stream, "orLaunchKernel");
+  if (!s) return orPeekAtLastError();
   if (sanitize) {
     if (orError_t e = san::kernel_begin(s, it.name, /*in_kernel=*/sync)) return e;
   }

@@ -31,10 +31,6 @@ std::condition_variable& cv_done() {
 
 namespace {
 
-std::condition_variable& cv_work() {  // workers wait for runnable items
-  static auto* c = new std::condition_variable();
-  return *c;
-}
 std::unordered_set<Stream*>& live_streams() {
   static auto* s = new std::unordered_set<Stream*>();
   return *s;
@@ -43,9 +39,13 @@ std::unordered_set<Stream*>& live_streams() {
 std::atomic<unsigned long long> g_next_stream_id{1};
 uint64_t g_order = 0;  // guarded by sched_mu()
 
+// Completed markers can make items runnable on any device (cross-device
+// event waits): wake every device's workers, and the host waiters.
 void wake_all() {
   cv_done().notify_all();
-  cv_work().notify_all();
+  for (int i = 0; i < kMaxDevices; ++i) {
+    if (Device* d = peek_device(i)) d->work_cv.notify_all();
+  }
 }
 
 // Give a new item its place in the global FIFO and the launching thread's
@@ -133,9 +133,15 @@ orError_t run_claimed(Stream* s, const Item& it,
   return err;
 }
 
+// Wake host threads waiting for completions, and one of the device's
+// workers only when this stream still has queued work: after a synchronous
+// or inline run on an idle stream there is usually none, and waking every
+// sleeping worker per kernel (to rescan and sleep again) cost more than the
+// kernel launch. Markers that complete wake everyone (drain_markers).
 void finish_claimed(Stream* s) {
   drain_markers(s);
-  wake_all();
+  cv_done().notify_all();
+  if (!s->queue.empty()) peek_device(s->device)->work_cv.notify_one();
 }
 
 void worker_loop(Device* dev) {
@@ -159,7 +165,7 @@ void worker_loop(Device* dev) {
       // Completing a marker may have made an earlier-scanned stream ready:
       // scan again before sleeping.
       if (progressed) continue;
-      cv_work().wait(lk);
+      dev->work_cv.wait(lk);
       continue;
     }
     // [docs:scheduler-pick:end]
@@ -218,26 +224,34 @@ void unregister_stream(Stream* s) {
 
 bool is_live_stream(Stream* s) { return live_streams().count(s) != 0; }
 
-Stream* resolve_stream(orStream_t handle, const char* call) {
+namespace {
+// resolve_stream's work: sched_mu() must be held when `handle` is not NULL
+// (the live-handle check) and must not be when it is (get_device may
+// initialise the device, which registers its default stream).
+Stream* resolve_stream_locked(orStream_t handle, const char* call) {
   if (!handle) {
     Device* dev = get_device(current_device_index(), call);
     return dev ? dev->default_stream : nullptr;
   }
   Stream* s = static_cast<Stream*>(handle);
-  {
-    std::lock_guard<std::mutex> g(sched_mu());
-    if (!is_live_stream(s)) {
-      fail(orErrorInvalidResourceHandle,
-           "%s: %p is not a live stream (destroyed, or never created)", call,
-           static_cast<void*>(handle));
-      return nullptr;
-    }
+  if (!is_live_stream(s)) {
+    fail(orErrorInvalidResourceHandle,
+         "%s: %p is not a live stream (destroyed, or never created)", call,
+         static_cast<void*>(handle));
+    return nullptr;
   }
   if (in_forked_child()) {
     fail(orErrorInitializationError, "%s: " OPENREG_FORK_MESSAGE, call);
     return nullptr;
   }
   return s;
+}
+}  // namespace
+
+Stream* resolve_stream(orStream_t handle, const char* call) {
+  if (!handle) return resolve_stream_locked(handle, call);
+  std::lock_guard<std::mutex> g(sched_mu());
+  return resolve_stream_locked(handle, call);
 }
 
 orError_t take_error(Stream* s, const char* call) {
@@ -281,8 +295,11 @@ void wait_idle_locked(std::unique_lock<std::mutex>& lk, Stream* s) {
 void enqueue_locked(Stream* s, Item it) {
   stamp(it);
   s->queue.push_back(std::move(it));
-  ensure_workers(peek_device(s->device));
-  cv_work().notify_all();
+  Device* dev = peek_device(s->device);
+  ensure_workers(dev);
+  // One worker per new item: every worker of a device can run any of its
+  // streams, and a worker rescans before it sleeps, so none is left behind.
+  dev->work_cv.notify_one();
 }
 
 void submit(Stream* s, Item it, bool inline_ok) {
@@ -308,5 +325,29 @@ orError_t run_synchronously(Stream* s, Item it, std::string* why) {
   finish_claimed(s);
   return err;
 }
+
+// [docs:sync-launch]
+// The hot path of every eager operator: two short critical sections, one to
+// check the handle, wait for the stream's earlier work and claim the stream,
+// one to release it. The kernel itself runs unlocked, on this thread.
+orError_t launch_synchronously(orStream_t handle, Item it, const char* call,
+                               bool* launched, std::string* why) {
+  *launched = false;
+  // The NULL handle resolves without the lock (the first use of a device
+  // initialises it, which registers its default stream under the lock).
+  Stream* s = handle ? nullptr : resolve_stream_locked(nullptr, call);
+  if (!handle && !s) return orPeekAtLastError();
+  std::unique_lock<std::mutex> lk(sched_mu());
+  if (handle) s = resolve_stream_locked(handle, call);
+  if (!s) return orPeekAtLastError();
+  *launched = true;
+  wait_idle_locked(lk, s);
+  stamp(it);
+  s->running = true;
+  orError_t err = run_claimed(s, it, lk, why);
+  finish_claimed(s);
+  return err;
+}
+// [docs:sync-launch:end]
 
 }  // namespace openreg

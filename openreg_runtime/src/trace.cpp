@@ -48,7 +48,8 @@ void stamp_launch(Item& it) {
     it.launch_thread = this_thread_id();
     it.annotation = std::move(t_annotation);
   }
-  t_annotation.clear();
+  std::string& annotation = t_annotation;
+  if (!annotation.empty()) annotation.clear();
 }
 
 void trace_item(const Item& it, int device, unsigned long long stream_id,
