@@ -26,6 +26,7 @@
 #include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -61,8 +62,13 @@ struct Block {
   int event_count = 0;  // outstanding record_stream events
   Block* prev = nullptr;
   Block* next = nullptr;
+  bool cached = false;          // in DeviceState::cached (freed, kept whole)
+  Block* next_cached = nullptr;
   ska::flat_hash_set<c10::Stream> stream_uses;
   std::shared_ptr<c10::GatheredContext> context;  // history only
+  // The CPU alias of this block while it is allocated (cacheCpuAlias): one
+  // owned reference, dropped by deleter() before the block is freed.
+  std::atomic<c10::StorageImpl*> cpu_alias{nullptr};
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
@@ -102,6 +108,70 @@ struct DeviceState {
   // _record_memory_history("all"): a ring buffer of actions.
   std::vector<TraceEntry> trace;
   size_t trace_next = 0;
+  // Block objects of merged-away splits, for the next split: every small
+  // allocation splits a block and every free merges one back, and a heap
+  // allocation each way cost as much as the rest of the bookkeeping.
+  std::vector<Block*> spare;
+
+  // Freed small blocks, kept whole (not merged into the pool) for the next
+  // request of exactly their size on their stream: the hot path of eager
+  // mode frees and reallocates the same few sizes, and splitting a block
+  // out of the pool and merging it back each time cost more than the
+  // operator's own work. LIFO lists per size class, a few blocks each;
+  // flushed into the pool (merged) by release_cached.
+  static constexpr size_t kCachedMax = 64 << 10;
+  static constexpr int kCachedPerSize = 8;
+  std::array<Block*, kCachedMax / kMinBlockSize + 1> cached{};
+  std::array<int, kCachedMax / kMinBlockSize + 1> cached_count{};
+
+  bool cache_block(Block* b) {
+    size_t i = b->size / kMinBlockSize;
+    if (!b->small || b->size > kCachedMax || cached_count[i] >= kCachedPerSize) return false;
+    b->cached = true;
+    b->next_cached = cached[i];
+    cached[i] = b;
+    cached_count[i]++;
+    return true;
+  }
+  Block* take_cached(c10::StreamId stream, size_t size) {
+    if (size > kCachedMax) return nullptr;
+    size_t i = size / kMinBlockSize;
+    for (Block** link = &cached[i]; *link; link = &(*link)->next_cached) {
+      Block* b = *link;
+      if (b->stream != stream) continue;
+      *link = b->next_cached;
+      b->next_cached = nullptr;
+      b->cached = false;
+      cached_count[i]--;
+      return b;
+    }
+    return nullptr;
+  }
+
+  Block* new_block() {
+    if (spare.empty()) return new Block();
+    Block* b = spare.back();
+    spare.pop_back();
+    return b;
+  }
+  void delete_block(Block* b) {
+    if (spare.size() >= 256) {
+      delete b;
+      return;
+    }
+    b->device = 0;
+    b->stream = 0;
+    b->size = b->requested = 0;
+    b->ptr = nullptr;
+    b->allocated = b->small = false;
+    b->event_count = 0;
+    b->prev = b->next = nullptr;
+    b->cached = false;
+    b->next_cached = nullptr;
+    b->stream_uses.clear();
+    b->context.reset();
+    spare.push_back(b);
+  }
 };
 
 // The history settings; `on` is the one flag the hot path reads.
@@ -141,19 +211,25 @@ class CachingAllocator final : public c10::DeviceAllocator {
     bool small = size <= kSmallSize;
     Pool& pool = small ? st.small_pool : st.large_pool;
 
-    Block* block = find_free(pool, stream, size);
-    if (!block) {
-      block = new_segment(st, device, stream, size, small, requested, ctx);
-    }
-    // Take it out of the pool, splitting off a worthwhile remainder.
-    pool.erase(block);
-    if (block->is_split()) {
-      update(st.stats.inactive_split, -1, small);
+    Block* block = small ? st.take_cached(stream, size) : nullptr;
+    if (block) {
+      update(st.stats.inactive_split, -1, small);  // cached blocks are split ones
       update(st.stats.inactive_split_bytes, -int64_t(block->size), small);
+    } else {
+      block = find_free(pool, stream, size);
+      if (!block) {
+        block = new_segment(st, device, stream, size, small, requested, ctx);
+      }
+      // Take it out of the pool, splitting off a worthwhile remainder.
+      pool.erase(block);
+      if (block->is_split()) {
+        update(st.stats.inactive_split, -1, small);
+        update(st.stats.inactive_split_bytes, -int64_t(block->size), small);
+      }
     }
     size_t remaining = block->size - size;
     if ((small && remaining >= kMinBlockSize) || (!small && remaining > kSmallSize)) {
-      auto* rest = new Block();
+      auto* rest = st.new_block();
       rest->device = device;
       rest->stream = stream;
       rest->small = small;
@@ -230,6 +306,13 @@ class CachingAllocator final : public c10::DeviceAllocator {
       return;
     }
     free_completed(st, block, std::move(ctx));
+    if (block->is_split() && st.cache_block(block)) {
+      update(st.stats.active, -1, small);
+      update(st.stats.active_bytes, -int64_t(block->size), small);
+      update(st.stats.inactive_split, 1, small);
+      update(st.stats.inactive_split_bytes, int64_t(block->size), small);
+      return;
+    }
     return_to_pool(st, block);
   }
 
@@ -502,6 +585,8 @@ class CachingAllocator final : public c10::DeviceAllocator {
       for (Block* b : st.small_pool) add(b);
       for (Block* b : st.large_pool) add(b);
       for (auto& e : st.events) add(e.second);
+      for (Block* b : st.cached)
+        for (; b; b = b->next_cached) add(b);
       std::sort(heads.begin(), heads.end(), [](Block* a, Block* b) { return a->ptr < b->ptr; });
       heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
       for (Block* h : heads) {
@@ -570,12 +655,31 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
   // Merge with free neighbours and put back in the pool.
   void return_to_pool(DeviceState& st, Block* block) {
+    update(st.stats.active, -1, block->small);
+    update(st.stats.active_bytes, -int64_t(block->size), block->small);
+    merge_into_pool(st, block);
+  }
+
+  // Put the cached blocks back into the pool, merged with their neighbours.
+  void flush_cached(DeviceState& st) {
+    for (size_t i = 0; i < st.cached.size(); ++i) {
+      while (Block* b = st.cached[i]) {
+        st.cached[i] = b->next_cached;
+        b->next_cached = nullptr;
+        b->cached = false;
+        update(st.stats.inactive_split, -1, b->small);
+        update(st.stats.inactive_split_bytes, -int64_t(b->size), b->small);
+        merge_into_pool(st, b);
+      }
+      st.cached_count[i] = 0;
+    }
+  }
+
+  void merge_into_pool(DeviceState& st, Block* block) {
     bool small = block->small;
     Pool& pool = small ? st.small_pool : st.large_pool;
-    update(st.stats.active, -1, small);
-    update(st.stats.active_bytes, -int64_t(block->size), small);
     for (Block* nb : {block->prev, block->next}) {
-      if (!nb || nb->allocated || nb->event_count > 0) continue;
+      if (!nb || nb->allocated || nb->event_count > 0 || nb->cached) continue;
       // nb is free and in the pool (as an inactive split block).
       pool.erase(nb);
       update(st.stats.inactive_split, -1, small);
@@ -589,7 +693,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
         if (block->next) block->next->prev = block;
       }
       block->size += nb->size;
-      delete nb;
+      st.delete_block(nb);
     }
     if (block->is_split()) {
       update(st.stats.inactive_split, 1, small);
@@ -631,6 +735,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
   // Give every entirely free segment back to the runtime.
   void release_cached(DeviceState& st, c10::DeviceIndex device) {
+    flush_cached(st);
     for (Pool* pool : {&st.small_pool, &st.large_pool}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
@@ -658,7 +763,12 @@ CachingAllocator& allocator() {
 }
 
 void deleter(void* ctx) {
-  if (ctx) allocator().free_block_from_user(static_cast<Block*>(ctx));
+  if (!ctx) return;
+  auto* block = static_cast<Block*>(ctx);
+  if (c10::StorageImpl* alias = block->cpu_alias.exchange(nullptr, std::memory_order_acq_rel)) {
+    c10::intrusive_ptr<c10::StorageImpl>::reclaim(alias);  // drops our reference
+  }
+  allocator().free_block_from_user(block);
 }
 
 // Registering here makes at::empty(..., device=openreg) and every
@@ -689,6 +799,21 @@ void setMemoryFraction(double fraction, c10::DeviceIndex device) {
 
 double getMemoryFraction(c10::DeviceIndex device) {
   return allocator().get_memory_fraction(device);
+}
+
+c10::StorageImpl* cachedCpuAlias(const c10::DataPtr& ptr) {
+  if (ptr.get_deleter() != &deleter || !ptr.get_context()) return nullptr;
+  return static_cast<Block*>(ptr.get_context())->cpu_alias.load(std::memory_order_acquire);
+}
+
+void cacheCpuAlias(const c10::DataPtr& ptr, c10::StorageImpl* alias) {
+  if (ptr.get_deleter() != &deleter || !ptr.get_context()) return;
+  auto* block = static_cast<Block*>(ptr.get_context());
+  c10::StorageImpl* expected = nullptr;
+  c10::raw::intrusive_ptr::incref(alias);
+  if (!block->cpu_alias.compare_exchange_strong(expected, alias, std::memory_order_acq_rel)) {
+    c10::raw::intrusive_ptr::decref(alias);  // another thread cached one first
+  }
 }
 
 bool isDeviceDataPtr(const c10::DataPtr& ptr) {

@@ -4,6 +4,7 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Stream.h>
+#include <c10/core/StorageImpl.h>
 
 #include <memory>
 #include <vector>
@@ -18,6 +19,15 @@ c10::DataPtr allocateOn(c10::DeviceIndex device, size_t nbytes);
 
 // True if the DataPtr is an openreg device allocation made by this allocator.
 bool isDeviceDataPtr(const c10::DataPtr& ptr);
+
+// The kernel glue's CPU alias of a whole device block (KernelView.cpp),
+// cached on the block so that operators do not build one per argument per
+// call. cachedCpuAlias returns it borrowed (or null); cacheCpuAlias installs
+// `alias`, taking a reference, unless the block already has one. The block
+// drops its reference when it is freed. Both ignore DataPtrs that are not
+// this allocator's.
+c10::StorageImpl* cachedCpuAlias(const c10::DataPtr& ptr);
+void cacheCpuAlias(const c10::DataPtr& ptr, c10::StorageImpl* alias);
 
 // ------------------------------------------------- memory debugging
 // What torch.openreg.memory._record_memory_history / _snapshot see; the same
