@@ -179,8 +179,8 @@ inline const at::Tensor* pick_arg(c10::TensorImpl* impl, const at::Tensor& t) {
 
 template <class Ref, class... A>
 Ref find_ref(AliasSet& s, const at::Tensor& r, A&... args) {
-  at::Tensor original = s.unwrap(r);
-  c10::TensorImpl* impl = original.unsafeGetTensorImpl();
+  // No new handle to the caller's tensor (see AliasSet::TensorEntry).
+  c10::TensorImpl* impl = s.argument_of(r);
   std::remove_reference_t<Ref>* found = nullptr;
   auto try_one = [&](auto& a) {
     if (!found) {

@@ -152,39 +152,41 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   const size_t n = args.size();
   const size_t begin = stack->size() - n;
 
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      op.hasKernelForDispatchKey(c10::DispatchKey::CPU),
-      "The operator '", schema.operator_name(), "' is not implemented for the "
-      "openreg device: openreg runs ATen's CPU kernels on device memory and "
-      "this operator has no CPU kernel.");
-
   check_devices(schema, *stack, begin);
   const c10::DeviceIndex device = find_device(*stack, begin, stack->size());
   AliasSet aliases(device);
-  // (openreg tensor, its alias) for arguments the operator may write.
-  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> writes;
+  // The stack's openreg arguments, moved out (not copied: a new handle to a
+  // tensor with a Python object costs a GIL round trip, see KernelView.h)
+  // and kept alive until the call ends, whoever else owns them.
+  c10::SmallVector<c10::IValue, 4> originals;
+  // (openreg tensor, its alias) for arguments the operator may write; the
+  // tensor is borrowed from `originals`.
+  c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> writes;
 
   for (size_t i = 0; i < n; ++i) {
     c10::IValue& v = (*stack)[begin + i];
     const c10::AliasInfo* info = args[i].alias_info();
     const bool is_write = info && info->isWrite();
     if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (!is_openreg(t)) continue;
+      if (!is_openreg(v.toTensor())) continue;
+      originals.push_back(std::move(v));
+      const at::Tensor& t = originals.back().toTensor();
       at::Tensor a = aliases.alias(t, is_write);
-      if (is_write) writes.emplace_back(t, a);
+      if (is_write) writes.emplace_back(t.unsafeGetTensorImpl(), a);
       v = std::move(a);
     } else if (v.isTensorList()) {
-      auto in = v.toTensorList();
+      originals.push_back(std::move(v));
+      auto in = originals.back().toTensorList();
       c10::List<at::Tensor> out;
       out.reserve(in.size());
       for (const at::Tensor& t : in) {
         at::Tensor a = aliases.alias(t, is_write);
-        if (is_write && is_openreg(t)) writes.emplace_back(t, a);
+        if (is_write && is_openreg(t)) writes.emplace_back(t.unsafeGetTensorImpl(), a);
         out.push_back(std::move(a));
       }
       v = std::move(out);
     } else if (v.isList()) {  // e.g. Tensor?[] indices
+      originals.push_back(v);  // a second handle to the list, not to its tensors
       auto in = v.toList();
       c10::impl::GenericList out(in.elementType());
       out.reserve(in.size());
@@ -203,9 +205,19 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   }
 
   // [docs:fallback-run]
-  launch_kernel(device, schema.name().c_str(), [&] {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-  });
+  try {
+    launch_kernel(device, schema.name().c_str(), [&] {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    });
+  } catch (const c10::NotImplementedError&) {
+    // Checked here, on the error path, not before every call.
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        op.hasKernelForDispatchKey(c10::DispatchKey::CPU),
+        "The operator '", schema.operator_name(), "' is not implemented for the "
+        "openreg device: openreg runs ATen's CPU kernels on device memory and "
+        "this operator has no CPU kernel.");
+    throw;
+  }
 
   for (auto& [t, a] : writes) aliases.sync_back(t, a);
   const size_t nret = schema.returns().size();

@@ -4,11 +4,13 @@
 
 #include <ATen/core/TensorBody.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/util/flat_hash_map.h>
 
 #include <cstring>
+#include <typeinfo>
 #include <mutex>
 
 namespace torch_openreg {
@@ -159,13 +161,65 @@ AliasSet::StorageEntry& AliasSet::storage_alias(const c10::Storage& s) {
   for (auto& e : storages_) {
     if (e.openreg == impl) return e;
   }
-  void* dev = impl->data_ptr().get();
+  const c10::DataPtr& dp = impl->data_ptr();
+  void* dev = dp.get();
   void* kv = dev ? static_cast<char*>(dev) + kernel_view_offset(device_) : nullptr;
+  // The block's cached alias, if it still describes this storage exactly (a
+  // kernel that resized it moved the storage to a new block; see
+  // finalize_storages).
+  if (c10::StorageImpl* cached = kv ? cachedCpuAlias(dp) : nullptr) {
+    if (cached->data_ptr().get() == kv && cached->nbytes() == impl->nbytes() &&
+        cached->resizable() == impl->resizable()) {
+      storages_.push_back(
+          {impl, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(cached)), kv});
+      return storages_.back();
+    }
+  }
   c10::Storage alias(c10::Storage::use_byte_size_t(), impl->nbytes(),
                      c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)),
                      &kernel_view_allocator(), impl->resizable());
+  if (kv) cacheCpuAlias(dp, alias.unsafeGetStorageImpl());
   storages_.push_back({impl, std::move(alias), kv});
   return storages_.back();
+}
+
+namespace {
+// Spare CPU TensorImpls for aliases, per thread: building and destroying a
+// TensorImpl for every tensor argument of every operator was a quarter of
+// the per-operator overhead. Only plain aliases that nothing else kept are
+// recycled (AliasSet::recycle_aliases), and each one gets its storage,
+// dtype, geometry and flags set anew before it is handed out again.
+constexpr size_t kSpareAliases = 16;
+struct SpareAliases {
+  c10::SmallVector<c10::intrusive_ptr<c10::TensorImpl>, kSpareAliases> impls;
+};
+thread_local SpareAliases t_spare_aliases;
+
+const c10::DispatchKeySet& cpu_alias_keys() {
+  static const c10::DispatchKeySet keys = [] {
+    c10::Storage none(c10::Storage::use_byte_size_t(), 0,
+                      c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)), nullptr, false);
+    return at::detail::make_tensor<c10::TensorImpl>(
+               std::move(none), c10::DispatchKeySet(c10::DispatchKey::CPU),
+               caffe2::TypeMeta::Make<float>())
+        .key_set();
+  }();
+  return keys;
+}
+}  // namespace
+
+void AliasSet::recycle_aliases() {
+  auto& spare = t_spare_aliases.impls;
+  for (auto& e : tensors_) {
+    c10::TensorImpl* a = e.alias.get();
+    if (spare.size() < kSpareAliases && e.alias.use_count() == 1 &&
+        a->key_set() == cpu_alias_keys() && a->autograd_meta() == nullptr &&
+        !a->is_wrapped_number() && a->allow_tensor_metadata_change() &&
+        a->get_backend_meta() == nullptr && !a->has_symbolic_sizes_strides() &&
+        a->pyobj_slot()->load_pyobj() == nullptr) {
+      spare.push_back(std::move(e.alias));
+    }
+  }
 }
 
 at::Tensor AliasSet::alias(const at::Tensor& t, bool write) {
@@ -183,20 +237,28 @@ at::Tensor AliasSet::alias(const at::Tensor& t, bool write) {
                               "openreg: only strided tensors are supported, got ",
                               t.layout());
   for (auto& e : tensors_) {
-    if (e.openreg.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
-      return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(e.alias));
-    }
+    if (e.openreg == t.unsafeGetTensorImpl()) return at::Tensor(e.alias);
   }
   StorageEntry& se = storage_alias(t.storage());
-  auto cpu = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(se.alias), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  auto* impl = cpu.unsafeGetTensorImpl();
+  c10::intrusive_ptr<c10::TensorImpl> impl;
+  auto& spare = t_spare_aliases.impls;
+  // (Inference mode makes TensorImpls without autograd keys: build those.)
+  if (!spare.empty() && !c10::InferenceMode::is_enabled()) {
+    impl = std::move(spare.back());
+    spare.pop_back();
+    impl->set_storage_and_dtype(c10::Storage(se.alias), t.dtype());
+    impl->_set_conj(t.is_conj());
+    impl->_set_neg(t.is_neg());
+  } else {
+    impl = c10::make_intrusive<c10::TensorImpl>(
+        c10::Storage(se.alias), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    if (t.is_conj()) impl->_set_conj(true);
+    if (t.is_neg()) impl->_set_neg(true);
+  }
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (t.is_conj()) impl->_set_conj(true);
-  if (t.is_neg()) impl->_set_neg(true);
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) impl->set_wrapped_number(true);
-  tensors_.push_back({impl, t});
-  return cpu;
+  tensors_.push_back({impl, t.unsafeGetTensorImpl()});
+  return at::Tensor(std::move(impl));
 }
 
 void AliasSet::finalize_storages() {
@@ -235,18 +297,14 @@ c10::Storage AliasSet::adopt_storage(const c10::Storage& cpu_storage) {
   }
   c10::Storage out;
   if (isKernelViewDataPtr(impl->data_ptr())) {
-    // Allocated in device memory by the kernel: adopt it, zero-copy.
+    // Allocated in device memory by the kernel: adopt it, zero-copy. The
+    // storage object itself becomes the openreg storage (its device is its
+    // DataPtr's): no second StorageImpl per result. The CPU tensors that
+    // still refer to it are the kernel's own results, about to be dropped.
     c10::DataPtr taken = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
-    size_t nbytes = impl->nbytes();
-    out = c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
-                       rehomeKernelViewDataPtr(std::move(taken), device_),
-                       getDeviceAllocator(), /*resizable=*/true);
-    // Keep the CPU storage pointing at the same bytes for any other CPU
-    // tensor that still views it until it dies (it no longer owns them).
-    void* kv = out.data_ptr().get()
-                   ? static_cast<char*>(out.data_ptr().get()) + kernel_view_offset(device_)
-                   : nullptr;
-    impl->set_data_ptr_noswap(c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)));
+    impl->set_data_ptr_noswap(rehomeKernelViewDataPtr(std::move(taken), device_));
+    impl->set_allocator(getDeviceAllocator());
+    out = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
   } else {
     // Host memory (the kernel used an allocator we do not control): copy.
     size_t nbytes = impl->nbytes();
@@ -263,8 +321,11 @@ c10::Storage AliasSet::adopt_storage(const c10::Storage& cpu_storage) {
 }
 
 void AliasSet::sync_back(const at::Tensor& openreg, const at::Tensor& cpu) {
+  sync_back(openreg.unsafeGetTensorImpl(), cpu);
+}
+
+void AliasSet::sync_back(c10::TensorImpl* oi, const at::Tensor& cpu) {
   finalize_storages();
-  auto* oi = openreg.unsafeGetTensorImpl();
   auto* ci = cpu.unsafeGetTensorImpl();
   c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
   c10::StorageImpl* target = nullptr;
@@ -286,16 +347,24 @@ void AliasSet::sync_back(const at::Tensor& openreg, const at::Tensor& cpu) {
   }
 }
 
-at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
-  if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
-  finalize_storages();
+c10::TensorImpl* AliasSet::argument_of(const at::Tensor& cpu) {
   auto* ci = cpu.unsafeGetTensorImpl();
   for (auto& e : tensors_) {
-    if (e.alias == ci) {
+    if (e.alias.get() == ci) {
       sync_back(e.openreg, cpu);
       return e.openreg;
     }
   }
+  return nullptr;
+}
+
+at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
+  if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  finalize_storages();
+  if (c10::TensorImpl* arg = argument_of(cpu)) {
+    return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(arg));
+  }
+  auto* ci = cpu.unsafeGetTensorImpl();
   TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_nested(),
                               "openreg does not support nested tensors: the kernel "
                               "returned one, which an openreg tensor cannot hold");
@@ -318,6 +387,16 @@ at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
     }
   }
   if (!st) st = adopt_storage(ci->storage());
+  // A result nobody else holds (the kernel's fresh output, held only by the
+  // caller's result slot) becomes the openreg tensor itself: a new storage
+  // and new backend keys, and no second TensorImpl per result. A real
+  // backend allocates its outputs as device tensors to begin with.
+  if (cpu.use_count() == 1 && typeid(*ci) == typeid(c10::TensorImpl) &&
+      ci->autograd_meta() == nullptr && ci->allow_tensor_metadata_change()) {
+    ci->set_storage_keep_dtype(std::move(st));
+    ci->_change_backend_component_keys(c10::Device(c10::DeviceType::PrivateUse1, device_));
+    return cpu;
+  }
   auto out = make_openreg_tensor(std::move(st), cpu.dtype(), cpu.sizes(),
                                  cpu.strides(), cpu.storage_offset());
   if (cpu.is_conj()) out.unsafeGetTensorImpl()->_set_conj(true);

@@ -72,6 +72,7 @@ class AliasSet {
   }
   ~AliasSet() {
     if (C10_UNLIKELY(sanitizing_)) leave_sanitizer();
+    if (!tensors_.empty()) recycle_aliases();
   }
   AliasSet(const AliasSet&) = delete;
   AliasSet& operator=(const AliasSet&) = delete;
@@ -86,12 +87,17 @@ class AliasSet {
   // kernel made to an alias (resize_, as_strided_, set_) to its openreg
   // tensor.
   void sync_back(const at::Tensor& openreg, const at::Tensor& cpu_alias);
+  void sync_back(c10::TensorImpl* openreg, const at::Tensor& cpu_alias);
 
   // Turn a CPU result into an openreg tensor: the original openreg tensor if
   // the result *is* one of our aliases, a view of the aliased openreg storage
   // if it views one, else a tensor that adopts the result's storage (which
   // the kernel allocated in device memory) or, failing that, a copy.
   at::Tensor unwrap(const at::Tensor& cpu_result);
+  // If `cpu_result` is the alias of an argument: that argument's
+  // TensorImpl (borrowed, after sync_back), else nullptr. Lets a kernel
+  // return the caller's own tensor by reference without a new handle.
+  c10::TensorImpl* argument_of(const at::Tensor& cpu_result);
 
   c10::DeviceIndex device() const { return device_; }
 
@@ -105,15 +111,22 @@ class AliasSet {
     c10::Storage alias;         // CPU storage over the kernel view
     void* alias_data;           // alias data pointer when created
   };
+  // Borrowed, not owned: the caller's arguments outlive the call. Owning a
+  // handle would cost more than the rest of the alias: an extra reference
+  // to a tensor that has a Python object makes c10 take the GIL to incref
+  // and decref that object, and operators run with the GIL released.
+  // The alias is owned: once the kernel's own handles are gone, an alias
+  // nobody else kept is recycled for the next call (recycle_aliases).
   struct TensorEntry {
-    c10::TensorImpl* alias;
-    at::Tensor openreg;
+    c10::intrusive_ptr<c10::TensorImpl> alias;
+    c10::TensorImpl* openreg;
   };
   StorageEntry& storage_alias(const c10::Storage& s);
   c10::Storage adopt_storage(const c10::Storage& cpu_storage);
 
   // Stream sanitizer: while enabled, live AliasSets of a thread form a stack
   // whose recorded accesses launch_kernel declares (Sanitizer.h).
+  void recycle_aliases();
   void enter_sanitizer();
   void leave_sanitizer();
   friend void sanitize_launch();

@@ -96,6 +96,9 @@ c10::Stream getDefaultStream(c10::DeviceIndex device) {
 
 c10::Stream getCurrentStream(c10::DeviceIndex device) {
   if (device < 0) device = current_device();
+  // Hot path (every allocation): a known device whose table is set up.
+  if (C10_LIKELY(device < OR_MAX_DEVICES && table(device).count.load(std::memory_order_acquire) > 0))
+    return make(device, t_current[device]);
   init_table(device);
   return make(device, t_current[device]);
 }
@@ -150,6 +153,12 @@ int streamPriority(const c10::Stream& stream) {
 }
 
 orStream_t currentNativeStream(c10::DeviceIndex device) {
+  // Hot path (every kernel launch): a known device whose table is set up.
+  if (C10_LIKELY(device >= 0 && device < OR_MAX_DEVICES)) {
+    DeviceStreams& t = table(device);
+    if (C10_LIKELY(t.count.load(std::memory_order_acquire) > 0))
+      return t.handles[t_current[device]].load(std::memory_order_relaxed);
+  }
   DeviceStreams& t = init_table(device);
   return t.handles[t_current[device]].load(std::memory_order_relaxed);
 }
