@@ -229,6 +229,20 @@ Scores scores_and_probs(const at::Tensor& q, const at::Tensor& k, const at::Tens
   return r;
 }
 
+// logsumexp over the last dimension of the scores `s`, in float32 (the op's
+// contract), from the softmax `p` already computed: p = exp(s - lse), so at
+// each row's largest entry lse = max(s) - log(max(p)), which is exact to
+// rounding there (max(p) >= 1/L). Two reductions instead of at::logsumexp's
+// four passes over the scores (max, subtract, exp, sum). Fully masked rows
+// (max(p) = 0) get -inf, as logsumexp gives.
+at::Tensor row_logsumexp(const at::Tensor& s, const at::Tensor& p) {
+  at::Tensor smax = s.amax(-1);
+  at::Tensor pmax = p.amax(-1);
+  at::Tensor lse = smax.sub_(pmax.log());
+  lse.masked_fill_(pmax.le(0), -std::numeric_limits<double>::infinity());
+  return lse.to(at::kFloat);
+}
+
 double keep_scale(double dropout_p) { return dropout_p < 1.0 ? 1.0 / (1.0 - dropout_p) : 0.0; }
 
 // An empty tensor shaped `sizes` whose dimensions are ordered in memory like
@@ -275,12 +289,12 @@ ForwardResult attention_forward_kernel(const at::Tensor& q, const at::Tensor& k,
   if (seed) {
     at::Tensor keep = keep_mask(sc.p, dropout_p, *seed);
     keep_mask_cache().put(cache_key, {keep, sc.p});
-    weights = sc.p * keep * keep_scale(dropout_p);
+    weights = (sc.p * keep).mul_(keep_scale(dropout_p));
   }
   at::Tensor out = at::matmul(weights, expand_heads(v, groups).to(cdt));
   ForwardResult r;
   r.out = with_layout_of(out, q, q.scalar_type());
-  r.lse = at::logsumexp(sc.s, -1).to(at::kFloat);  // -inf for fully masked rows
+  r.lse = row_logsumexp(sc.s, sc.p);
   if (return_debug) r.debug = weights.to(q.scalar_type());
   return r;
 }
