@@ -37,6 +37,12 @@ std::unordered_set<Stream*>& live_streams() {
 }
 
 std::atomic<unsigned long long> g_next_stream_id{1};
+// Bumped (under sched_mu()) whenever a stream is destroyed: a thread's last
+// validated handle stays valid while the count is unchanged (is_live_stream's
+// hash lookup missed the cache on every launch).
+uint64_t g_stream_destructions = 0;
+thread_local Stream* t_live_stream = nullptr;
+thread_local uint64_t t_live_stream_epoch = 0;
 uint64_t g_order = 0;  // guarded by sched_mu()
 
 // Completed markers can make items runnable on any device (cross-device
@@ -213,6 +219,7 @@ void unregister_stream(Stream* s) {
   // Pending work completes first (CUDA releases the stream afterwards).
   wait_idle_locked(lk, s);
   live_streams().erase(s);
+  ++g_stream_destructions;
   auto& v = peek_device(s->device)->streams;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] == s) {
@@ -222,7 +229,13 @@ void unregister_stream(Stream* s) {
   }
 }
 
-bool is_live_stream(Stream* s) { return live_streams().count(s) != 0; }
+bool is_live_stream(Stream* s) {
+  if (s == t_live_stream && t_live_stream_epoch == g_stream_destructions) return true;
+  if (live_streams().count(s) == 0) return false;
+  t_live_stream = s;
+  t_live_stream_epoch = g_stream_destructions;
+  return true;
+}
 
 namespace {
 // resolve_stream's work: sched_mu() must be held when `handle` is not NULL

@@ -411,7 +411,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
             &s.inactive_split_bytes, &s.requested_bytes};
   }
 
-  static void update(StatArray& a, int64_t delta, bool small) {
+  C10_ALWAYS_INLINE static void update(StatArray& a, int64_t delta, bool small) {
     auto apply = [&](Stat& s) {
       if (delta >= 0) s.increase(size_t(delta));
       else s.decrease(size_t(-delta));
