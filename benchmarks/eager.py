@@ -159,9 +159,9 @@ def plot(after: dict, before: dict, path: str) -> None:
         xs = range(len(names))
         w = 0.38
         ax.bar([x - w / 2 for x in xs], [prev.get(n, float("nan")) for n in names], w,
-               label=f"before ({before['label']})", color="#b0b0b0")
+               label=before["label"], color="#b0b0b0")
         ax.bar([x + w / 2 for x in xs], [r[4] for r in rows], w,
-               label=f"after ({after['label']})", color="#3b75af")
+               label=after["label"], color="#3b75af")
         for x, r in zip(xs, rows):
             ax.hlines(TARGETS[r[1]], x - 0.45, x + 0.45, colors="#c03030", linewidth=1.5,
                       label="target" if x == 0 else None)

@@ -23,3 +23,15 @@ class TestEagerBenchmarkRuns:
                      "transformer train step"]:
             assert case in r.stdout, r.stdout
         assert "strict memory ON" in r.stdout
+
+    def test_saved_figures_report_and_plot(self, tmp_path):
+        # The committed before/after figures redraw the plot in docs/ (no timing).
+        results = ROOT / "benchmarks" / "results"
+        png = tmp_path / "ratios.png"
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eager.py"),
+                            "--from-json", str(results / "eager_after.json"),
+                            "--before", str(results / "eager_before.json"), "--plot", str(png)],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        assert "strict memory ON" in r.stdout and "strict memory OFF" in r.stdout
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
