@@ -32,7 +32,11 @@ cuda_backend: str = "cpp"
 # Inductor's FX graph cache key covers torch and its config, not this
 # package's code generators: the hash of our sources (and of the headers the
 # C++ wrapper includes) goes into the key through
-# this value, so a changed backend never reuses stale compiled graphs.
+# this value, so a changed backend never reuses stale compiled graphs. The
+# installed location goes in too: a C++-wrapper graph compiles against this
+# installation's include and library folders (absolute paths), and the cache
+# (/tmp/torchinductor_<user> by default) is shared by every installation of
+# the same user; a graph cached by a deleted one failed to compile.
 backend_source_hash: str = ""
 
 import hashlib  # noqa: E402
@@ -46,7 +50,8 @@ def _source_hash() -> str:
     here = pathlib.Path(__file__).parent
     # The headers are those the C++ wrapper includes (cpp_wrapper=True).
     files = sorted([*here.glob("*.py"), *here.glob("include/*.h")])
-    return hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()[:16]
+    location = str(here.resolve()).encode()
+    return hashlib.sha256(location + b"".join(p.read_bytes() for p in files)).hexdigest()[:16]
 
 
 backend_source_hash = _source_hash()
