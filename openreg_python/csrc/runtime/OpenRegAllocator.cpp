@@ -64,6 +64,9 @@ struct Block {
   Block* next = nullptr;
   bool cached = false;          // in DeviceState::cached (freed, kept whole)
   Block* next_cached = nullptr;
+  // In DeviceState's list of allocated blocks while allocated.
+  Block* live_prev = nullptr;
+  Block* live_next = nullptr;
   ska::flat_hash_set<c10::Stream> stream_uses;
   std::shared_ptr<c10::GatheredContext> context;  // history only
   // The CPU alias of this block while it is allocated (cacheCpuAlias): one
@@ -98,7 +101,21 @@ void deleter(void* ctx);
 struct DeviceState {
   std::mutex mu;
   Pool small_pool, large_pool;
-  ska::flat_hash_set<Block*> live;  // allocated blocks (pointer identity)
+  // Allocated blocks, an intrusive list (snapshots walk it): a hash set
+  // cost an insert and an erase per tensor.
+  Block* live = nullptr;
+  void link_live(Block* b) {
+    b->live_prev = nullptr;
+    b->live_next = live;
+    if (live) live->live_prev = b;
+    live = b;
+  }
+  void unlink_live(Block* b) {
+    if (b->live_prev) b->live_prev->live_next = b->live_next;
+    else live = b->live_next;
+    if (b->live_next) b->live_next->live_prev = b->live_prev;
+    b->live_prev = b->live_next = nullptr;
+  }
   std::deque<std::pair<orEvent_t, Block*>> events;
   DeviceStats stats;
   // set_per_process_memory_fraction: reserved bytes may not exceed `limit`.
@@ -246,7 +263,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
     }
     block->allocated = true;
     block->requested = requested;
-    st.live.insert(block);
+    st.link_live(block);
     update(st.stats.allocation, 1, small);
     update(st.stats.allocated_bytes, int64_t(block->size), small);
     update(st.stats.active, 1, small);
@@ -278,7 +295,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
     // users is reported as such (the missing record_stream case).
     if (C10_UNLIKELY(sanitizer_on())) orSanitizerMarkFreed(block->ptr, block->size);
     block->allocated = false;
-    st.live.erase(block);
+    st.unlink_live(block);
     if (C10_UNLIKELY(hist)) {
       record(st, TraceEntry::FREE_REQUESTED, block->ptr, block->requested, block->stream, ctx);
     }
@@ -581,7 +598,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
       auto add = [&](Block* b) {
         if (!b->prev) heads.push_back(b);
       };
-      for (Block* b : st.live) add(b);
+      for (Block* b = st.live; b; b = b->live_next) add(b);
       for (Block* b : st.small_pool) add(b);
       for (Block* b : st.large_pool) add(b);
       for (auto& e : st.events) add(e.second);
@@ -765,7 +782,10 @@ CachingAllocator& allocator() {
 void deleter(void* ctx) {
   if (!ctx) return;
   auto* block = static_cast<Block*>(ctx);
-  if (c10::StorageImpl* alias = block->cpu_alias.exchange(nullptr, std::memory_order_acq_rel)) {
+  // (Load first: most blocks never got an alias, and an exchange is a
+  // locked instruction.)
+  if (block->cpu_alias.load(std::memory_order_relaxed) == nullptr) {
+  } else if (c10::StorageImpl* alias = block->cpu_alias.exchange(nullptr, std::memory_order_acq_rel)) {
     c10::intrusive_ptr<c10::StorageImpl>::reclaim(alias);  // drops our reference
   }
   allocator().free_block_from_user(block);
