@@ -36,11 +36,32 @@ struct Conv {  // scalars, sizes, flags, ...: passed through
   static void write_back(AliasSet&, A, Held&) {}
 };
 
+// A tensor argument's alias, on loan from the AliasSet for the launch
+// (AliasSet::lend_alias): moved, not shared, so converting an argument
+// costs no reference count update, and handed back when dropped.
+struct LentAlias {
+  // (index first: lend_alias sets it while `t` is initialised.)
+  int index = -1;
+  AliasSet* set = nullptr;
+  at::Tensor t;
+  LentAlias(AliasSet& s, const at::Tensor& arg, bool write)
+      : set(&s), t(s.lend_alias(arg, write, &index)) {}
+  LentAlias(LentAlias&& o) noexcept : index(o.index), set(o.set), t(std::move(o.t)) {
+    o.index = -1;
+  }
+  LentAlias(const LentAlias&) = delete;
+  LentAlias& operator=(const LentAlias&) = delete;
+  LentAlias& operator=(LentAlias&&) = delete;
+  ~LentAlias() {
+    if (index >= 0) set->give_back(index, std::move(t));
+  }
+};
+
 template <>
 struct Conv<const at::Tensor&> {
-  using Held = at::Tensor;
-  static Held in(AliasSet& s, const at::Tensor& t) { return s.alias(t); }
-  static const at::Tensor& pass(Held& h) { return h; }
+  using Held = LentAlias;
+  static Held in(AliasSet& s, const at::Tensor& t) { return LentAlias(s, t, false); }
+  static const at::Tensor& pass(Held& h) { return h.t; }
   static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
     if (*d < 0 && is_openreg(t)) *d = t.device().index();
   }
@@ -52,9 +73,9 @@ struct Conv<const at::Tensor&> {
 
 template <>
 struct Conv<at::Tensor&> {  // mutated (in-place self, out=)
-  using Held = at::Tensor;
-  static Held in(AliasSet& s, at::Tensor& t) { return s.alias(t, /*write=*/true); }
-  static at::Tensor& pass(Held& h) { return h; }
+  using Held = LentAlias;
+  static Held in(AliasSet& s, at::Tensor& t) { return LentAlias(s, t, /*write=*/true); }
+  static at::Tensor& pass(Held& h) { return h.t; }
   static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
     if (*d < 0 && is_openreg(t)) *d = t.device().index();
   }
@@ -62,7 +83,7 @@ struct Conv<at::Tensor&> {  // mutated (in-place self, out=)
     c.check(t, info.arg_name(i), /*is_output=*/true);
   }
   static void write_back(AliasSet& s, at::Tensor& t, Held& h) {
-    if (is_openreg(t)) s.sync_back(t, h);
+    if (is_openreg(t)) s.sync_back(t, h.t);
   }
 };
 
@@ -162,7 +183,7 @@ struct Ret {  // non-tensor results
 template <>
 struct Ret<at::Tensor> {
   template <class... A>
-  static at::Tensor out(AliasSet& s, const at::Tensor& r, A&...) { return s.unwrap(r); }
+  static at::Tensor out(AliasSet& s, at::Tensor& r, A&...) { return s.unwrap(std::move(r)); }
 };
 
 // A mutated argument returned by reference: return the caller's tensor.

@@ -9,9 +9,11 @@
 #include <c10/core/TensorImpl.h>
 #include <c10/util/flat_hash_map.h>
 
+#include <array>
 #include <cstring>
-#include <typeinfo>
+#include <atomic>
 #include <mutex>
+#include <typeinfo>
 
 namespace torch_openreg {
 
@@ -20,23 +22,83 @@ namespace torch_openreg {
 // an ordinary openreg allocation, handed to the CPU code as a DataPtr whose
 // data == context == the kernel-view address (device CPU, so CPU code may
 // write it, and may also take it through Allocator::raw_allocate/
-// raw_deallocate, as oneDNN does). The owning openreg DataPtr waits in this
-// map until the CPU DataPtr is freed or rehomed as an openreg one.
+// raw_deallocate, as oneDNN does). The owning openreg DataPtr waits in a
+// registry keyed by that address until the CPU DataPtr is freed or rehomed
+// as an openreg one.
+//
+// Every operator result passes through the registry once each way, so its
+// fast part takes no lock: a fixed table whose slots are claimed and
+// released with one atomic operation each. An address lives in one of
+// kKvProbe slots after its hash; when those are all taken the entry goes to
+// an overflow map under a mutex. A slot's key is nullptr (free), kKvBusy
+// (being filled) or the address; its owner is written only by the thread
+// that claimed it and read only by the one thread that frees the address
+// (each kernel-view DataPtr has one owner).
 namespace {
-std::mutex g_kv_mu;
-ska::flat_hash_map<void*, c10::DataPtr>& kv_allocations() {
-  static auto* m = new ska::flat_hash_map<void*, c10::DataPtr>();
-  return *m;
+constexpr size_t kKvSlots = 1024;
+constexpr size_t kKvProbe = 8;
+void* const kKvBusy = reinterpret_cast<void*>(uintptr_t(1));
+
+struct KvSlot {
+  std::atomic<void*> key{nullptr};
+  c10::DataPtr owner;
+};
+
+struct KvRegistry {
+  std::array<KvSlot, kKvSlots> slots;
+  std::mutex mu;
+  std::atomic<size_t> overflow_size{0};
+  ska::flat_hash_map<void*, c10::DataPtr> overflow;
+};
+
+KvRegistry& kv_registry() {
+  static auto* r = new KvRegistry();  // never destroyed: frees may come late
+  return *r;
+}
+
+inline size_t kv_hash(void* kv) {
+  // Addresses are OR_MALLOC_ALIGNMENT-aligned: drop the zero bits, mix.
+  return static_cast<size_t>((reinterpret_cast<uintptr_t>(kv) >> 9) * 0x9E3779B97F4A7C15ull >> 40);
+}
+
+void put_kv_allocation(void* kv, c10::DataPtr owner) {
+  KvRegistry& r = kv_registry();
+  size_t h = kv_hash(kv);
+  for (size_t i = 0; i < kKvProbe; ++i) {
+    KvSlot& slot = r.slots[(h + i) & (kKvSlots - 1)];
+    void* expected = nullptr;
+    if (slot.key.load(std::memory_order_relaxed) == nullptr &&
+        slot.key.compare_exchange_strong(expected, kKvBusy, std::memory_order_acquire)) {
+      slot.owner = std::move(owner);
+      slot.key.store(kv, std::memory_order_release);
+      return;
+    }
+  }
+  std::lock_guard<std::mutex> g(r.mu);
+  r.overflow.emplace(kv, std::move(owner));
+  r.overflow_size.store(r.overflow.size(), std::memory_order_release);
 }
 
 // The openreg DataPtr behind kernel-view address `kv` (empty if unknown),
 // no longer registered.
 c10::DataPtr take_kv_allocation(void* kv) {
-  std::lock_guard<std::mutex> g(g_kv_mu);
-  auto it = kv_allocations().find(kv);
-  if (it == kv_allocations().end()) return {};
+  KvRegistry& r = kv_registry();
+  size_t h = kv_hash(kv);
+  for (size_t i = 0; i < kKvProbe; ++i) {
+    KvSlot& slot = r.slots[(h + i) & (kKvSlots - 1)];
+    if (slot.key.load(std::memory_order_acquire) == kv) {
+      c10::DataPtr owner = std::move(slot.owner);
+      slot.key.store(nullptr, std::memory_order_release);
+      return owner;
+    }
+  }
+  if (r.overflow_size.load(std::memory_order_acquire) == 0) return {};
+  std::lock_guard<std::mutex> g(r.mu);
+  auto it = r.overflow.find(kv);
+  if (it == r.overflow.end()) return {};
   c10::DataPtr owner = std::move(it->second);
-  kv_allocations().erase(it);
+  r.overflow.erase(it);
+  r.overflow_size.store(r.overflow.size(), std::memory_order_release);
   return owner;
 }
 
@@ -57,10 +119,7 @@ c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes) {
   if (C10_UNLIKELY(sanitizer_on()) && t_kernel_device >= 0)
     sanitize_fresh_allocation(owner.get(), nbytes);
   void* kv = static_cast<char*>(owner.get()) + kernel_view_offset(device);
-  {
-    std::lock_guard<std::mutex> g(g_kv_mu);
-    kv_allocations().emplace(kv, std::move(owner));
-  }
+  put_kv_allocation(kv, std::move(owner));
   return {kv, kv, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
 }
 
@@ -141,11 +200,14 @@ void install_cpu_allocator_shim() {
   });
 }
 
-KernelScope::KernelScope(c10::DeviceIndex device) : prev_(t_kernel_device) {
-  t_kernel_device = device;
+// (One thread-local lookup per scope: each is a call into the dynamic
+// linker from a shared library.)
+KernelScope::KernelScope(c10::DeviceIndex device) : slot_(&t_kernel_device) {
+  prev_ = *slot_;
+  *slot_ = device;
 }
 
-KernelScope::~KernelScope() { t_kernel_device = prev_; }
+KernelScope::~KernelScope() { *slot_ = prev_; }
 
 at::Tensor make_openreg_tensor(c10::Storage storage, const caffe2::TypeMeta dtype,
                                c10::IntArrayRef sizes, c10::IntArrayRef strides,
@@ -163,7 +225,7 @@ AliasSet::StorageEntry& AliasSet::storage_alias(const c10::Storage& s) {
   }
   const c10::DataPtr& dp = impl->data_ptr();
   void* dev = dp.get();
-  void* kv = dev ? static_cast<char*>(dev) + kernel_view_offset(device_) : nullptr;
+  void* kv = dev ? static_cast<char*>(dev) + kv_offset() : nullptr;
   // The block's cached alias, if it still describes this storage exactly (a
   // kernel that resized it moved the storage to a new block; see
   // finalize_storages).
@@ -183,17 +245,32 @@ AliasSet::StorageEntry& AliasSet::storage_alias(const c10::Storage& s) {
   return storages_.back();
 }
 
-namespace {
-// Spare CPU TensorImpls for aliases, per thread: building and destroying a
-// TensorImpl for every tensor argument of every operator was a quarter of
-// the per-operator overhead. Only plain aliases that nothing else kept are
-// recycled (AliasSet::recycle_aliases), and each one gets its storage,
-// dtype, geometry and flags set anew before it is handed out again.
-constexpr size_t kSpareAliases = 16;
-struct SpareAliases {
-  c10::SmallVector<c10::intrusive_ptr<c10::TensorImpl>, kSpareAliases> impls;
+// CPU TensorImpls of aliases, kept per thread between calls: building and
+// destroying a TensorImpl for every tensor argument of every operator was a
+// quarter of the per-operator overhead. A direct-mapped table indexed by the
+// openreg TensorImpl an alias last stood for: eager code passes the same
+// tensors to operator after operator, and an alias that still describes its
+// tensor exactly (same CPU storage object, dtype and geometry) is handed out
+// as it is, with nothing to set. The key is only a hint: an entry is used
+// as-is only after that check, so a freed tensor whose address was reused
+// is harmless; otherwise the entry's TensorImpl is reset and reused.
+// Only plain aliases that nothing else kept are stored (recycle_aliases).
+constexpr size_t kAliasBuckets = 32;  // two ways each
+struct AliasSlot {
+  const c10::TensorImpl* key = nullptr;
+  c10::intrusive_ptr<c10::TensorImpl> alias;
 };
-thread_local SpareAliases t_spare_aliases;
+struct AliasCache {
+  std::array<std::array<AliasSlot, 2>, kAliasBuckets> buckets;
+};
+
+namespace {
+thread_local AliasCache t_alias_cache;
+
+inline std::array<AliasSlot, 2>& bucket_for(AliasCache& c, const c10::TensorImpl* t) {
+  auto h = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t) >> 4);
+  return c.buckets[(h * 0x9E3779B97F4A7C15ull) >> 59];  // top 5 bits: 32 buckets
+}
 
 const c10::DispatchKeySet& cpu_alias_keys() {
   static const c10::DispatchKeySet keys = [] {
@@ -208,22 +285,76 @@ const c10::DispatchKeySet& cpu_alias_keys() {
 }
 }  // namespace
 
+AliasCache* AliasSet::alias_cache() {
+  if (cache_state_ == 0) {
+    // (Inference mode makes TensorImpls without autograd keys: build those,
+    // and keep them out of the table.)
+    cache_state_ = c10::InferenceMode::is_enabled() ? 2 : 1;
+    if (cache_state_ == 1) cache_ = &t_alias_cache;
+  }
+  return cache_;
+}
+
 void AliasSet::recycle_aliases() {
-  auto& spare = t_spare_aliases.impls;
+  AliasCache* cache = alias_cache();
+  if (!cache) return;
   for (auto& e : tensors_) {
     c10::TensorImpl* a = e.alias.get();
-    if (spare.size() < kSpareAliases && e.alias.use_count() == 1 &&
-        a->key_set() == cpu_alias_keys() && a->autograd_meta() == nullptr &&
-        !a->is_wrapped_number() && a->allow_tensor_metadata_change() &&
-        a->get_backend_meta() == nullptr && !a->has_symbolic_sizes_strides() &&
-        a->pyobj_slot()->load_pyobj() == nullptr) {
-      spare.push_back(std::move(e.alias));
+    if (a && e.alias.use_count() == 1 && a->key_set() == cpu_alias_keys() &&
+        a->autograd_meta() == nullptr && !a->is_wrapped_number() &&
+        a->allow_tensor_metadata_change() && a->get_backend_meta() == nullptr &&
+        !a->has_symbolic_sizes_strides() && a->pyobj_slot()->load_pyobj() == nullptr) {
+      // Into a free way or the way this tensor had; else the newest goes
+      // first and the older entry of way 0 replaces that of way 1.
+      auto& b = bucket_for(*cache, e.openreg);
+      AliasSlot* slot = &b[0];
+      if (b[0].alias && b[0].key != e.openreg) {
+        if (b[1].alias && b[1].key != e.openreg) b[1] = std::move(b[0]);
+        else slot = &b[1];
+      }
+      slot->key = e.openreg;
+      slot->alias = std::move(e.alias);
     }
   }
 }
 
-at::Tensor AliasSet::alias(const at::Tensor& t, bool write) {
-  if (!is_openreg(t)) return t;
+// The table's alias of `t`, if it still describes `t` exactly; registers its
+// storage in the set. nullptr otherwise (the caller builds one).
+c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
+  c10::TensorImpl* a = slot.alias.get();
+  if (slot.key != ti || !a) return nullptr;
+  if (ti->is_conj() || ti->is_neg() || ti->is_wrapped_number()) return nullptr;
+  c10::StorageImpl* osi = ti->storage().unsafeGetStorageImpl();
+  void* dev = osi->data_ptr().get();
+  c10::StorageImpl* as = a->storage().unsafeGetStorageImpl();
+  // The alias's storage must cover the same bytes. It need not be the
+  // block's cached alias (storage_alias): a CPU storage over the kernel
+  // view owns nothing, so any one over the same range will do, as long as
+  // tensors that share a storage in this call share it (checked below).
+  if (!dev || as->data_ptr().get() != static_cast<char*>(dev) + kv_offset() ||
+      as->nbytes() != osi->nbytes() || as->resizable() != osi->resizable()) {
+    return nullptr;
+  }
+  if (a->dtype() != ti->dtype() || a->storage_offset() != ti->storage_offset() ||
+      a->sizes() != ti->sizes() || a->strides() != ti->strides()) {
+    return nullptr;
+  }
+  for (auto& e : storages_) {
+    if (e.openreg == osi) {
+      if (e.alias.unsafeGetStorageImpl() != as) return nullptr;
+      return a;
+    }
+  }
+  storages_.push_back(
+      {osi, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(as)),
+       as->data_ptr().get()});
+  return a;
+}
+
+// The index in tensors_ of `t`'s alias, made if needed; -1 if `t` is not
+// an openreg tensor.
+int AliasSet::alias_entry(const at::Tensor& t, bool write) {
+  if (!is_openreg(t)) return -1;
   if (C10_UNLIKELY(sanitizing_)) {
     const void* p = nullptr;
     size_t n = 0;
@@ -236,16 +367,30 @@ at::Tensor AliasSet::alias(const at::Tensor& t, bool write) {
   TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided,
                               "openreg: only strided tensors are supported, got ",
                               t.layout());
-  for (auto& e : tensors_) {
-    if (e.openreg == t.unsafeGetTensorImpl()) return at::Tensor(e.alias);
+  c10::TensorImpl* ti = t.unsafeGetTensorImpl();
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].openreg == ti) return static_cast<int>(i);
+  }
+  AliasCache* cache = alias_cache();
+  AliasSlot* slot = nullptr;
+  if (cache) {
+    auto& b = bucket_for(*cache, ti);
+    for (AliasSlot& w : b) {
+      if (c10::TensorImpl* a = cached_alias(ti, w)) {
+        w.key = nullptr;
+        tensors_.push_back({std::move(w.alias), ti, a});
+        return static_cast<int>(tensors_.size() - 1);
+      }
+    }
+    // A TensorImpl to reset: this tensor's stale alias, else the older way.
+    slot = b[0].key == ti || !b[1].alias ? &b[0] : &b[1];
   }
   StorageEntry& se = storage_alias(t.storage());
   c10::intrusive_ptr<c10::TensorImpl> impl;
-  auto& spare = t_spare_aliases.impls;
-  // (Inference mode makes TensorImpls without autograd keys: build those.)
-  if (!spare.empty() && !c10::InferenceMode::is_enabled()) {
-    impl = std::move(spare.back());
-    spare.pop_back();
+  if (slot && slot->alias) {
+    // Another tensor's alias, or a stale one: reset and reuse its TensorImpl.
+    slot->key = nullptr;
+    impl = std::move(slot->alias);
     impl->set_storage_and_dtype(c10::Storage(se.alias), t.dtype());
     impl->_set_conj(t.is_conj());
     impl->_set_neg(t.is_neg());
@@ -256,9 +401,35 @@ at::Tensor AliasSet::alias(const at::Tensor& t, bool write) {
     if (t.is_neg()) impl->_set_neg(true);
   }
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (t.unsafeGetTensorImpl()->is_wrapped_number()) impl->set_wrapped_number(true);
-  tensors_.push_back({impl, t.unsafeGetTensorImpl()});
-  return at::Tensor(std::move(impl));
+  if (ti->is_wrapped_number()) impl->set_wrapped_number(true);
+  c10::TensorImpl* raw = impl.get();
+  tensors_.push_back({std::move(impl), ti, raw});
+  return static_cast<int>(tensors_.size() - 1);
+}
+
+at::Tensor AliasSet::alias(const at::Tensor& t, bool write) {
+  int i = alias_entry(t, write);
+  if (i < 0) return t;
+  return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(tensors_[i].cpu));
+}
+
+at::Tensor AliasSet::lend_alias(const at::Tensor& t, bool write, int* index) {
+  *index = -1;
+  int i = alias_entry(t, write);
+  if (i < 0) return t;
+  TensorEntry& e = tensors_[i];
+  if (!e.alias) {  // already lent (the same tensor passed twice): share it
+    return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(e.cpu));
+  }
+  *index = i;
+  return at::Tensor(std::move(e.alias));
+}
+
+void AliasSet::give_back(int index, at::Tensor&& alias) {
+  TensorEntry& e = tensors_[index];
+  TORCH_INTERNAL_ASSERT(!e.alias && alias.unsafeGetTensorImpl() == e.cpu,
+                        "openreg: a lent alias came back changed");
+  e.alias = c10::intrusive_ptr<c10::TensorImpl>::reclaim(alias.unsafeReleaseTensorImpl());
 }
 
 void AliasSet::finalize_storages() {
@@ -280,7 +451,7 @@ void AliasSet::finalize_storages() {
       }
       e.openreg->set_data_ptr_noswap(std::move(dev));
       void* kv = e.openreg->data_ptr().get()
-                     ? static_cast<char*>(e.openreg->data_ptr().get()) + kernel_view_offset(device_)
+                     ? static_cast<char*>(e.openreg->data_ptr().get()) + kv_offset()
                      : nullptr;
       // Keep the alias usable for views created by the kernel.
       a->set_data_ptr_noswap(c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)));
@@ -350,7 +521,7 @@ void AliasSet::sync_back(c10::TensorImpl* oi, const at::Tensor& cpu) {
 c10::TensorImpl* AliasSet::argument_of(const at::Tensor& cpu) {
   auto* ci = cpu.unsafeGetTensorImpl();
   for (auto& e : tensors_) {
-    if (e.alias.get() == ci) {
+    if (e.cpu == ci) {
       sync_back(e.openreg, cpu);
       return e.openreg;
     }
@@ -359,10 +530,21 @@ c10::TensorImpl* AliasSet::argument_of(const at::Tensor& cpu) {
 }
 
 at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
-  if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return cpu;
+  at::Tensor out;
+  return unwrap_into(cpu, &out) ? cpu : out;
+}
+
+at::Tensor AliasSet::unwrap(at::Tensor&& cpu) {
+  at::Tensor out;
+  return unwrap_into(cpu, &out) ? std::move(cpu) : out;
+}
+
+bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
+  if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return true;
   finalize_storages();
   if (c10::TensorImpl* arg = argument_of(cpu)) {
-    return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(arg));
+    *result = at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(arg));
+    return false;
   }
   auto* ci = cpu.unsafeGetTensorImpl();
   TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_nested(),
@@ -395,13 +577,14 @@ at::Tensor AliasSet::unwrap(const at::Tensor& cpu) {
       ci->autograd_meta() == nullptr && ci->allow_tensor_metadata_change()) {
     ci->set_storage_keep_dtype(std::move(st));
     ci->_change_backend_component_keys(c10::Device(c10::DeviceType::PrivateUse1, device_));
-    return cpu;
+    return true;
   }
   auto out = make_openreg_tensor(std::move(st), cpu.dtype(), cpu.sizes(),
                                  cpu.strides(), cpu.storage_offset());
   if (cpu.is_conj()) out.unsafeGetTensorImpl()->_set_conj(true);
   if (cpu.is_neg()) out.unsafeGetTensorImpl()->_set_neg(true);
-  return out;
+  *result = std::move(out);
+  return false;
 }
 
 }  // namespace torch_openreg

@@ -25,6 +25,9 @@
 
 namespace torch_openreg {
 
+struct AliasCache;
+struct AliasSlot;
+
 inline bool is_openreg(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
@@ -38,6 +41,7 @@ struct KernelScope {
   KernelScope& operator=(const KernelScope&) = delete;
 
  private:
+  int* slot_;
   int prev_;
 };
 
@@ -82,6 +86,13 @@ class AliasSet {
   // the kernel may write it (declared to the stream sanitizer; reads are the
   // default).
   at::Tensor alias(const at::Tensor& t, bool write = false);
+  // The same, but the set lends out its own handle instead of sharing it
+  // (no reference count traffic per argument): hand it back with
+  // give_back(*index) before the set is destroyed. *index is -1 when
+  // nothing was lent (not an openreg tensor, or one already aliased): then
+  // the result is an ordinary shared handle. CpuKernel's LentAlias does both.
+  at::Tensor lend_alias(const at::Tensor& t, bool write, int* index);
+  void give_back(int index, at::Tensor&& alias);
 
   // After the CPU kernel ran: propagate metadata/storage changes that the
   // kernel made to an alias (resize_, as_strided_, set_) to its openreg
@@ -94,12 +105,20 @@ class AliasSet {
   // if it views one, else a tensor that adopts the result's storage (which
   // the kernel allocated in device memory) or, failing that, a copy.
   at::Tensor unwrap(const at::Tensor& cpu_result);
+  // The same, moving the kernel's own result handle when it becomes the
+  // openreg tensor (no reference count traffic).
+  at::Tensor unwrap(at::Tensor&& cpu_result);
   // If `cpu_result` is the alias of an argument: that argument's
   // TensorImpl (borrowed, after sync_back), else nullptr. Lets a kernel
   // return the caller's own tensor by reference without a new handle.
   c10::TensorImpl* argument_of(const at::Tensor& cpu_result);
 
   c10::DeviceIndex device() const { return device_; }
+  // kernel_view_offset(device()), looked up once per set.
+  intptr_t kv_offset() {
+    if (C10_UNLIKELY(kv_offset_ == kUnknownOffset)) kv_offset_ = kernel_view_offset(device_);
+    return kv_offset_;
+  }
 
   // Called (implicitly, by sync_back/unwrap) once the kernel has run: moves
   // storages the kernel reallocated over to their openreg owners.
@@ -118,15 +137,24 @@ class AliasSet {
   // The alias is owned: once the kernel's own handles are gone, an alias
   // nobody else kept is recycled for the next call (recycle_aliases).
   struct TensorEntry {
-    c10::intrusive_ptr<c10::TensorImpl> alias;
+    c10::intrusive_ptr<c10::TensorImpl> alias;  // null while lent out
     c10::TensorImpl* openreg;
+    c10::TensorImpl* cpu;  // the alias, lent or not
   };
+  int alias_entry(const at::Tensor& t, bool write);
   StorageEntry& storage_alias(const c10::Storage& s);
+  // unwrap: true if `cpu_result` itself is the answer (it was converted in
+  // place, or is not a CPU tensor), else the answer is in *result.
+  bool unwrap_into(const at::Tensor& cpu_result, at::Tensor* result);
   c10::Storage adopt_storage(const c10::Storage& cpu_storage);
 
   // Stream sanitizer: while enabled, live AliasSets of a thread form a stack
   // whose recorded accesses launch_kernel declares (Sanitizer.h).
   void recycle_aliases();
+  // This thread's table of spare aliases (KernelView.cpp), or nullptr in
+  // inference mode; looked up once per set.
+  AliasCache* alias_cache();
+  c10::TensorImpl* cached_alias(c10::TensorImpl* openreg, AliasSlot& slot);
   void enter_sanitizer();
   void leave_sanitizer();
   friend void sanitize_launch();
@@ -134,6 +162,10 @@ class AliasSet {
   c10::DeviceIndex device_;
   bool finalized_ = false;
   bool sanitizing_ = false;
+  static constexpr intptr_t kUnknownOffset = INTPTR_MIN;
+  intptr_t kv_offset_ = kUnknownOffset;
+  int8_t cache_state_ = 0;  // 0: not looked up, 1: cache_ set, 2: none
+  AliasCache* cache_ = nullptr;
   AliasSet* outer_ = nullptr;
   std::vector<SanitizerAccess> accesses_;
   c10::SmallVector<StorageEntry, 4> storages_;
