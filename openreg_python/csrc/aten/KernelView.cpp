@@ -82,6 +82,7 @@ void put_kv_allocation(void* kv, c10::DataPtr owner) {
 // The openreg DataPtr behind kernel-view address `kv` (empty if unknown),
 // no longer registered.
 c10::DataPtr take_kv_allocation(void* kv) {
+  if (!kv) return {};  // zero bytes: nothing registered
   KvRegistry& r = kv_registry();
   size_t h = kv_hash(kv);
   for (size_t i = 0; i < kKvProbe; ++i) {
