@@ -60,7 +60,7 @@ orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
   if (sync && !sanitize) {
     std::string why;
     bool launched;
-    orError_t e = launch_synchronously(stream, std::move(it), "orLaunchKernel", &launched, &why);
+    orError_t e = launch_synchronously(stream, it, "orLaunchKernel", &launched, &why);
     if (!launched) return e;
     if (e != orSuccess) return fail(e, "orLaunchKernel: %s", why.c_str());
     return orSuccess;

@@ -343,7 +343,7 @@ orError_t run_synchronously(Stream* s, Item it, std::string* why) {
 // The hot path of every eager operator: two short critical sections, one to
 // check the handle, wait for the stream's earlier work and claim the stream,
 // one to release it. The kernel itself runs unlocked, on this thread.
-orError_t launch_synchronously(orStream_t handle, Item it, const char* call,
+orError_t launch_synchronously(orStream_t handle, Item& it, const char* call,
                                bool* launched, std::string* why) {
   *launched = false;
   // The NULL handle resolves without the lock (the first use of a device

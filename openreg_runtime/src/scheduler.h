@@ -31,7 +31,7 @@ orError_t run_synchronously(Stream* s, Item it, std::string* why);
 // resolve_stream + run_synchronously under one lock (the synchronous kernel
 // launch). `*launched` is false if the handle was bad (the thread's error is
 // set and returned).
-orError_t launch_synchronously(orStream_t handle, Item it, const char* call,
+orError_t launch_synchronously(orStream_t handle, Item& it, const char* call,
                                bool* launched, std::string* why);
 
 // ---- called WITH sched_mu() held
