@@ -225,13 +225,14 @@ bool occlComm::round_arrived(uint32_t target) const {
 }
 
 // The inline attempt of a launch (orLaunchMayDefer): wait for the peers'
-// round for at most about as long as wait_for spins (a peer on another core,
-// in lock step, arrives within that), never sleeping; false means "not yet",
-// and the caller hands the rest of the operation to a runtime worker, whose
-// wait_round starts at the yields. After a short spin it yields instead of
-// spinning: a peer that shares this core (more ranks than free cores) runs
-// meanwhile, so the two take turns on it instead of each spinning out its
-// attempt and paying for a worker.
+// round for at most 50 us, about as long as wait_for spins (a peer on another
+// core, in lock step, arrives within that); false means "not yet", and the
+// caller hands the rest of the operation to a runtime worker, whose
+// wait_round starts at the yields. Only a microsecond of it is spinning:
+// then it yields between polls, so that a peer sharing this core (more ranks
+// than free cores) runs meanwhile and the two take turns on it, and after
+// 15 us it sleeps on the late peer's futex, so that on a busy machine the
+// core goes to whoever needs it and the peer's post wakes this rank at once.
 bool occlComm::try_wait_round(const OpCtx& ctx, uint32_t target, const OpDesc& desc) {
   for (int i = 0; i < kSpins / 40; ++i) {
     if (round_arrived(target)) {
@@ -240,15 +241,38 @@ bool occlComm::try_wait_round(const OpCtx& ctx, uint32_t target, const OpDesc& d
     }
     cpu_relax();
   }
-  const auto until = Clock::now() + std::chrono::microseconds(50);
+  const auto start = Clock::now();
+  const auto yield_until = start + std::chrono::microseconds(15);
+  const auto until = start + std::chrono::microseconds(50);
   do {
     if (round_arrived(target)) {
       check_round(ctx, target, desc);
       return true;
     }
     sched_yield();
-  } while (Clock::now() < until);
-  return false;
+  } while (Clock::now() < yield_until);
+  for (;;) {
+    int late = -1;
+    for (int p = 0; p < nranks && late < 0; ++p) {
+      if (p == rank || peers[size_t(p)].tcp) continue;
+      if (int32_t(peers[size_t(p)].ctrl()->step.v.load(std::memory_order_acquire) - target) < 0)
+        late = p;
+    }
+    if (late < 0) {
+      check_round(ctx, target, desc);
+      return true;
+    }
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    Ctrl* c = peers[size_t(late)].ctrl();
+    c->waiters.v.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = c->step.v.load(std::memory_order_seq_cst);
+    if (int32_t(seen - target) < 0) {
+      timespec ts{0, long(std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count())};
+      futex(&c->step.v, FUTEX_WAIT, seen, &ts);
+    }
+    c->waiters.v.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 // [docs:occl-try-round:end]
 
