@@ -284,9 +284,10 @@ struct occlComm {
   int parity() const { return int(step & 1u); }
   void post_and_wait(const occl::OpCtx& ctx, const occl::OpDesc& desc);
   // post_and_wait in parts: post() returns the round posted; wait_round
-  // waits for every peer's (`spun`: the spin was already spent, see
-  // try_wait_round) and checks their descriptors; try_wait_round gives up
-  // (false) after the spin instead of sleeping; check_round is the check.
+  // waits for every peer's (`spun`: skip the spin, the attempt before it
+  // waited already) and checks their descriptors; try_wait_round waits at
+  // most 50 us and gives up (false) instead of waiting on, as the inline
+  // attempt of a launch must; check_round is the check.
   uint32_t post(const occl::OpCtx& ctx, const occl::OpDesc& desc);
   void wait_round(const occl::OpCtx& ctx, uint32_t target, const occl::OpDesc& desc,
                   bool spun = false);
