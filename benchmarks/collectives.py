@@ -3,6 +3,7 @@ collectives between ranks on this machine, both backends in one run.
 
     python benchmarks/collectives.py            # 2 and 4 ranks, full sizes
     python benchmarks/collectives.py --quick    # a smoke run (tests/benchmarks)
+    python benchmarks/collectives.py --latency --ranks 2 --repeat 5   # only the 4 B all-reduce
     python benchmarks/collectives.py --variants zero-copy,copy-in,tcp --repeat 3 \
         --plot docs/images/collectives.png        # every transport, medians of 3 runs, the plot
 
@@ -24,14 +25,16 @@ import time
 MiB = 1 << 20
 
 
-def cases(quick):
+def cases(quick, latency=False):
+    if latency:
+        return [("allreduce", 4)]
     if quick:
         return [("allreduce", 4), ("allreduce", MiB), ("allgather", MiB), ("reduce_scatter", MiB)]
     return ([("allreduce", 4)] + [("allreduce", s * MiB) for s in (1, 16, 64, 256)]
             + [("allgather", 16 * MiB), ("reduce_scatter", 16 * MiB)])
 
 
-def worker(quick):
+def worker(quick, latency=False):
     import torch
     import torch.distributed as dist
 
@@ -40,7 +43,7 @@ def worker(quick):
     dev = torch.device("openreg", rank % torch.openreg.device_count())
     torch.openreg.set_device(dev)
     results = []
-    for op, size in cases(quick):
+    for op, size in cases(quick, latency):
         for backend, device in (("occl", dev), ("gloo", torch.device("cpu"))):
             n = max(1, size // 4)
             if op == "allreduce":
@@ -87,7 +90,7 @@ VARIANTS = {
 }
 
 
-def launch(nranks, quick, timeout, extra_env=None):
+def launch(nranks, quick, timeout, extra_env=None, latency=False):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -95,7 +98,8 @@ def launch(nranks, quick, timeout, extra_env=None):
     for r in range(nranks):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(nranks), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), LOCAL_RANK=str(r), **(extra_env or {}))
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"] + (["--quick"] if quick else []),
+        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"] + (["--quick"] if quick else [])
+                                      + (["--latency"] if latency else []),
                                       env=env, stdout=subprocess.PIPE, text=True))
     try:
         outs = [p.communicate(timeout=timeout)[0] for p in procs]
@@ -130,6 +134,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--latency", action="store_true",
+                    help="only the 4 B all-reduce (the latency case; quick to repeat)")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--plot", default=None, help="write a PNG of bus bandwidth against size")
     ap.add_argument("--variants", default="zero-copy",
@@ -140,20 +146,21 @@ def main():
                          "(of times and bandwidths, per backend)")
     args = ap.parse_args()
     if args.worker:
-        return worker(args.quick)
+        return worker(args.quick, args.latency)
     all_rows = {}
     variants = args.variants.split(",")
     for n in map(int, args.ranks.split(",")):
         for variant in variants:
             runs = [launch(n, args.quick, timeout=120 if args.quick else 1200,
-                           extra_env=VARIANTS[variant]) for _ in range(args.repeat)]
+                           extra_env=VARIANTS[variant], latency=args.latency)
+                    for _ in range(args.repeat)]
             rows = median_rows(runs)
             all_rows[(n, variant)] = rows
             print(f"\n{n} ranks, occl {variant}{' (quick)' if args.quick else ''}")
             print(f"{'op':<15}{'size':>9}{'occl us':>11}{'gloo us':>11}{'occl busbw':>12}"
                   f"{'gloo busbw':>12}{'ratio':>8}")
             by = {(r["op"], r["bytes"], r["backend"]): r for r in rows}
-            for op, size in cases(args.quick):
+            for op, size in cases(args.quick, args.latency):
                 o, g = by[(op, size, "occl")], by[(op, size, "gloo")]
                 # latency-bound: ratio of times (gloo/occl); else bus bandwidth (occl/gloo)
                 ratio = g["us"] / o["us"]

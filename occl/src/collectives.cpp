@@ -64,19 +64,39 @@ inline void part(size_t n, int parts, int i, size_t* off, size_t* len) {
 
 inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
-// A queued operation: runs once, on a runtime worker, in stream order.
+// [docs:occl-op]
+// An operation that may be tried on the launching thread first
+// (orLaunchMayDefer): `attempt` runs it if that needs no blocking and
+// returns true, or does the part that never blocks (posting this rank's
+// round) and returns false; `rest` then finishes it on a runtime worker.
+struct Attempt {
+  std::function<bool(const OpCtx&)> attempt;
+  std::function<void(const OpCtx&)> rest;
+};
+
+// A queued operation: runs once, in stream order, on a runtime worker; or,
+// if it has an Attempt and its stream is idle, first on the launching
+// thread, which gives it back to the runtime (orErrorNotReady) if it would
+// have to wait for a peer.
 struct Op {
   occlComm* comm;
   uint64_t seq;
   const char* name;
   std::string describe;  // for OCCL_DEBUG
   std::function<void(const OpCtx&)> body;
+  Attempt try_first;
+  std::thread::id launcher;  // the attempt runs on this thread
+  bool deferred = false;     // the attempt gave up: `rest` finishes it
+  Clock::time_point start;   // of the first call (the timeout counts from it)
 };
 
 orError_t run_op(void* p) {
-  std::unique_ptr<Op> op(static_cast<Op*>(p));
+  auto* op = static_cast<Op*>(p);
   occlComm* c = op->comm;
-  const auto start = Clock::now();
+  const bool attempt = op->try_first.attempt && !op->deferred &&
+                       std::this_thread::get_id() == op->launcher;
+  if (!op->deferred) op->start = Clock::now();
+  const auto start = op->start;
   bool ok = true;
   bool broken;
   {
@@ -86,7 +106,16 @@ orError_t run_op(void* p) {
   if (!broken) {
     OpCtx ctx{op->name, op->seq, start + std::chrono::milliseconds(c->timeout_ms)};
     try {
-      op->body(ctx);
+      if (attempt) {
+        if (!op->try_first.attempt(ctx)) {
+          op->deferred = true;
+          return orErrorNotReady;  // the runtime calls again, on a worker
+        }
+      } else if (op->deferred) {
+        op->try_first.rest(ctx);
+      } else {
+        op->body(ctx);
+      }
     } catch (const Error& e) {
       c->fail(op->seq, e.result, std::string(op->name) + ": " + e.what());
       ok = false;
@@ -101,21 +130,24 @@ orError_t run_op(void* p) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     std::string what = op->describe;
     std::replace(what.begin(), what.end(), '\n', ' ');
-    fprintf(stderr, "[occl %s rank %d] %s seq %llu %s: %.3f ms%s\n", c->name.c_str(), c->rank,
+    fprintf(stderr, "[occl %s rank %d] %s seq %llu %s: %.3f ms%s%s\n", c->name.c_str(), c->rank,
             op->name, (unsigned long long)op->seq, what.c_str(), ms,
-            ok ? "" : " FAILED");
+            attempt ? " (inline)" : op->deferred ? " (deferred)" : "", ok ? "" : " FAILED");
   }
   c->completed.store(op->seq, std::memory_order_release);
   c->inflight.fetch_sub(1);
+  delete op;
   // Errors stay with the communicator (occlCommGetAsyncError), as with NCCL:
   // the stream itself is not poisoned.
   return orSuccess;
 }
+// [docs:occl-op:end]
 
 occlResult_t enqueue(occlComm* c, const char* name, std::string describe, orStream_t stream,
-                     std::function<void(const OpCtx&)> body) {
+                     std::function<void(const OpCtx&)> body, Attempt try_first = {}) {
   if (c->aborting.load()) return set_last_error(occlRemoteError, std::string(name) + ": communicator aborted");
-  auto* op = new Op{c, 0, name, std::move(describe), std::move(body)};
+  auto* op = new Op{c, 0, name, std::move(describe), std::move(body), std::move(try_first),
+                    std::this_thread::get_id()};
   op->seq = c->enqueued.fetch_add(1) + 1;
   c->inflight.fetch_add(1);
   if (tracing()) {
@@ -126,7 +158,10 @@ occlResult_t enqueue(occlComm* c, const char* name, std::string describe, orStre
                op->describe.empty() ? "" : "\n", op->describe.c_str())
             .c_str());
   }
-  if (orLaunchKernel(stream, run_op, op, name, orLaunchNeverInline) != orSuccess) {
+  // Work that may block on other processes never runs inline, except as an
+  // attempt that gives up instead of blocking.
+  const unsigned flags = op->try_first.attempt ? orLaunchMayDefer : orLaunchNeverInline;
+  if (orLaunchKernel(stream, run_op, op, name, flags) != orSuccess) {
     orGetLastError();
     c->inflight.fetch_sub(1);
     // The sequence number is spent: mark it done so waiters do not hang.
@@ -208,6 +243,60 @@ std::string describe(size_t count, occlDataType_t t, const char* extra = "") {
 // whole message: latency-optimal); larger ones are pipelined in chunks.
 constexpr size_t kSmallAllReduce = size_t(256) << 10;
 
+// [docs:occl-small-allreduce]
+// The small all-reduce (and reduce) in its two halves: post this rank's
+// data and round (never blocks over shared memory), and, once every peer
+// has posted the round, reduce everyone's slots.
+struct SmallAllReduce {
+  occlComm* c;
+  const char* in;
+  char* out;
+  size_t count;
+  occlDataType_t t;
+  occlRedOp_t op;
+  int root;  // -1: all
+  uint32_t kind;
+  OpDesc d;
+  uint32_t target = 0;  // the round posted
+
+  void post(const OpCtx& ctx) {
+    const size_t bytes = count * occlTypeSize(t);
+    d = desc(kind, t, ++c->coll_seq, count, root, op.kind, 0);
+    if (count) memcpy(c->wslot(c->parity(), 0, bytes), in, bytes);
+    target = c->post(ctx, d);
+  }
+  void reduce_posted() {
+    if (root >= 0 && root != c->rank) return;
+    const int n = c->nranks, par = int((target - 1) & 1u);
+    std::vector<const void*> srcs(static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) srcs[size_t(p)] = c->peers[size_t(p)].slot(par);
+    reduce(out, srcs.data(), n, count, t, op, n);
+  }
+};
+
+// Small all-reduces (and reduces) over shared memory only are tried on the
+// launching thread when OCCL's stream is idle (orLaunchMayDefer): if the
+// peers have posted already, or do within the attempt (try_wait_round), the
+// operation completes there, with no hop to a runtime worker and back (two
+// thread wake-ups, most of a 4-byte all-reduce's time on two cores); if
+// not, this rank's round is posted and a worker waits for the rest.
+Attempt small_allreduce_attempt(occlComm* c, const char* in, char* out, size_t count,
+                                occlDataType_t t, occlRedOp_t op, int root, uint32_t kind) {
+  if (c->any_tcp || count * occlTypeSize(t) > kSmallAllReduce) return {};
+  auto st = std::make_shared<SmallAllReduce>(SmallAllReduce{c, in, out, count, t, op, root, kind, {}});
+  return {[st](const OpCtx& ctx) {
+            st->post(ctx);
+            if (!st->c->try_wait_round(ctx, st->target, st->d)) return false;
+            st->reduce_posted();
+            return true;
+          },
+          [st](const OpCtx& ctx) {
+            st->c->wait_round(ctx, st->target, st->d, /*spun=*/true);
+            st->reduce_posted();
+          }};
+}
+// [docs:occl-small-allreduce:end]
+
 // [docs:occl-allreduce]
 // All-reduce over shared memory. Small messages: one round, every rank
 // reduces everything. Large messages: a pipelined reduce-scatter +
@@ -220,18 +309,16 @@ void allreduce_shm(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
                    occlDataType_t t, occlRedOp_t op, int root /* -1: all */, uint32_t kind) {
   const size_t es = occlTypeSize(t);
   const int n = c->nranks;
+  if (count * es <= kSmallAllReduce) {
+    SmallAllReduce small{c, in, out, count, t, op, root, kind, {}};
+    small.post(ctx);
+    c->wait_round(ctx, small.target, small.d);
+    small.reduce_posted();
+    return;
+  }
   const uint64_t seq = ++c->coll_seq;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   const bool want = root < 0 || root == c->rank;
-  if (count * es <= kSmallAllReduce) {
-    const int par = c->parity();
-    if (count) memcpy(c->wslot(par, 0, count * es), in, count * es);
-    c->post_and_wait(ctx, desc(kind, t, seq, count, root, op.kind, 0));
-    if (!want) return;
-    for (int p = 0; p < n; ++p) srcs[size_t(p)] = c->peers[size_t(p)].slot(par);
-    reduce(out, srcs.data(), n, count, t, op, n);
-    return;
-  }
   const size_t chunk = c->slot_bytes / 2 / es;  // elements per round
   const size_t share_off = chunk * es;       // share area after the input area
   const size_t nchunks = ceil_div(count, chunk);
@@ -911,7 +998,7 @@ occlResult_t occlAllReduce(const void* send, void* recv, size_t count, occlDataT
         allreduce_tcp(c, ctx, in, out, count, t, op);
       else
         allreduce_shm(c, ctx, in, out, count, t, op, -1, kAllReduce);
-    });
+    }, small_allreduce_attempt(c, in, out, count, t, op, -1, kAllReduce));
   });
 }
 
@@ -928,7 +1015,7 @@ occlResult_t occlReduce(const void* send, void* recv, size_t count, occlDataType
     char* out = c->kv(recv);
     return enqueue(c, "occl:reduce", describe(count, t), stream, [=](const OpCtx& ctx) {
       allreduce_shm(c, ctx, in, out, count, t, op, root, kReduce);
-    });
+    }, small_allreduce_attempt(c, in, out, count, t, op, root, kReduce));
   });
 }
 

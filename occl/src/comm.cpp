@@ -130,8 +130,8 @@ void occlComm::check_peer(const OpCtx& ctx, int p, const char* what) {
 // would steal the very core its peer needs, so the spin is short.
 void occlComm::wait_for(const OpCtx& ctx, int owner, std::atomic<uint32_t>* word,
                         std::atomic<uint32_t>* waiters, const std::function<bool()>& pred,
-                        const char* what) {
-  for (int i = 0; i < 2000; ++i) {
+                        const char* what, bool spun) {
+  for (int i = 0; i < (spun ? 0 : kSpins); ++i) {
     if (pred()) return;
     cpu_relax();
   }
@@ -168,19 +168,32 @@ void occlComm::ring_bell(int p) {
 // round's parity: a rank writes the slot of round i+2 only after seeing all
 // peers post round i+1, which they do only after reading round i.
 void occlComm::post_and_wait(const OpCtx& ctx, const OpDesc& desc) {
+  const uint32_t target = post(ctx, desc);
+  wait_round(ctx, target, desc);
+}
+
+uint32_t occlComm::post(const OpCtx& ctx, const OpDesc& desc) {
   Ctrl* me = self().ctrl();
   *self().slot_header(parity()) = SlotHeader{desc, {}};
   const uint32_t target = ++step;
   me->step.v.store(target, std::memory_order_release);
   wake(&me->step.v, &me->waiters.v);
   if (any_tcp) tcp_round(ctx, target);
+  return target;
+}
+
+void occlComm::wait_round(const OpCtx& ctx, uint32_t target, const OpDesc& desc, bool spun) {
   for (int p = 0; p < nranks; ++p) {
     if (p == rank || peers[size_t(p)].tcp) continue;
     Ctrl* c = peers[size_t(p)].ctrl();
     wait_for(ctx, p, &c->step.v, &c->waiters.v,
              [&] { return int32_t(c->step.v.load(std::memory_order_acquire) - target) >= 0; },
-             "the same collective");
+             "the same collective", spun);
   }
+  check_round(ctx, target, desc);
+}
+
+void occlComm::check_round(const OpCtx& ctx, uint32_t target, const OpDesc& desc) {
   const int par = int((target - 1) & 1u);
   for (int p = 0; p < nranks; ++p) {
     const OpDesc& d = peers[size_t(p)].slot_header(par)->desc;
@@ -199,6 +212,69 @@ void occlComm::post_and_wait(const OpCtx& ctx, const OpDesc& desc) {
   }
 }
 // [docs:occl-round:end]
+
+// [docs:occl-try-round]
+// Whether every shared-memory peer has posted round `target` (no waiting).
+bool occlComm::round_arrived(uint32_t target) const {
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank || peers[size_t(p)].tcp) continue;
+    if (int32_t(peers[size_t(p)].ctrl()->step.v.load(std::memory_order_acquire) - target) < 0)
+      return false;
+  }
+  return true;
+}
+
+// The inline attempt of a launch (orLaunchMayDefer): wait for the peers'
+// round for at most 50 us, about as long as wait_for spins (a peer on another
+// core, in lock step, arrives within that); false means "not yet", and the
+// caller hands the rest of the operation to a runtime worker, whose
+// wait_round starts at the yields. Only a microsecond of it is spinning:
+// then it yields between polls, so that a peer sharing this core (more ranks
+// than free cores) runs meanwhile and the two take turns on it, and after
+// 15 us it sleeps on the late peer's futex, so that on a busy machine the
+// core goes to whoever needs it and the peer's post wakes this rank at once.
+bool occlComm::try_wait_round(const OpCtx& ctx, uint32_t target, const OpDesc& desc) {
+  for (int i = 0; i < kSpins / 40; ++i) {
+    if (round_arrived(target)) {
+      check_round(ctx, target, desc);
+      return true;
+    }
+    cpu_relax();
+  }
+  const auto start = Clock::now();
+  const auto yield_until = start + std::chrono::microseconds(15);
+  const auto until = start + std::chrono::microseconds(50);
+  do {
+    if (round_arrived(target)) {
+      check_round(ctx, target, desc);
+      return true;
+    }
+    sched_yield();
+  } while (Clock::now() < yield_until);
+  for (;;) {
+    int late = -1;
+    for (int p = 0; p < nranks && late < 0; ++p) {
+      if (p == rank || peers[size_t(p)].tcp) continue;
+      if (int32_t(peers[size_t(p)].ctrl()->step.v.load(std::memory_order_acquire) - target) < 0)
+        late = p;
+    }
+    if (late < 0) {
+      check_round(ctx, target, desc);
+      return true;
+    }
+    const auto now = Clock::now();
+    if (now >= until) return false;
+    Ctrl* c = peers[size_t(late)].ctrl();
+    c->waiters.v.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = c->step.v.load(std::memory_order_seq_cst);
+    if (int32_t(seen - target) < 0) {
+      timespec ts{0, long(std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count())};
+      futex(&c->step.v, FUTEX_WAIT, seen, &ts);
+    }
+    c->waiters.v.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+// [docs:occl-try-round:end]
 
 void occlComm::fail(uint64_t seq, occlResult_t r, const std::string& msg) {
   {

@@ -283,11 +283,26 @@ struct occlComm {
   // (`parity()`), post(), then read the peers' slots of the same parity.
   int parity() const { return int(step & 1u); }
   void post_and_wait(const occl::OpCtx& ctx, const occl::OpDesc& desc);
+  // post_and_wait in parts: post() returns the round posted; wait_round
+  // waits for every peer's (`spun`: skip the spin, the attempt before it
+  // waited already) and checks their descriptors; try_wait_round waits at
+  // most 50 us and gives up (false) instead of waiting on, as the inline
+  // attempt of a launch must; check_round is the check.
+  uint32_t post(const occl::OpCtx& ctx, const occl::OpDesc& desc);
+  void wait_round(const occl::OpCtx& ctx, uint32_t target, const occl::OpDesc& desc,
+                  bool spun = false);
+  bool try_wait_round(const occl::OpCtx& ctx, uint32_t target, const occl::OpDesc& desc);
+  bool round_arrived(uint32_t target) const;
+  void check_round(const occl::OpCtx& ctx, uint32_t target, const occl::OpDesc& desc);
+  // Pauses a waiter spins for before it yields (about 50 us): a peer on
+  // another core answers within that; a longer spin would steal the core
+  // of a peer when there are more ranks than cores.
+  static constexpr int kSpins = 2000;
   // Waits for `pred`, sleeping on `word` (owned by rank `owner`, whose
-  // `waiters` counter is incremented while sleeping).
+  // `waiters` counter is incremented while sleeping). `spun`: skip the spin.
   void wait_for(const occl::OpCtx& ctx, int owner, std::atomic<uint32_t>* word,
                 std::atomic<uint32_t>* waiters, const std::function<bool()>& pred,
-                const char* what);
+                const char* what, bool spun = false);
   void ring_bell(int peer);
   void check_peer(const occl::OpCtx& ctx, int p, const char* what);
   void unmap_all();

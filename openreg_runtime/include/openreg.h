@@ -249,7 +249,20 @@ enum {
    * is idle: for work that may block on other processes (collectives), whose
    * launch must return at once. Real devices never run work inline, so a
    * vendor drops this flag. */
-  orLaunchNeverInline = 0x2
+  orLaunchNeverInline = 0x2,
+  /* Like orLaunchDefault (inline on the calling thread when the stream is
+   * idle, else queued), but the inline run is only an attempt: there, and
+   * only there, the kernel may return orErrorNotReady to mean "I would have
+   * to block: finish me on a device worker". The runtime then puts the same
+   * launch (same fn, same args) back at the head of its stream, which stays
+   * busy, and a worker calls the kernel again, and that call must finish
+   * (orErrorNotReady from it is an ordinary failure). The kernel tells the
+   * two apart by its thread: the attempt runs on the launching thread. For
+   * work that usually finishes at once but may wait on other processes: a
+   * small collective whose peers are already there completes with no thread
+   * hop, one whose peers are late returns to the caller after a short try.
+   * Real devices never run work inline, so a vendor drops this flag. */
+  orLaunchMayDefer = 0x4
 };
 /* Simulation only, like the spin kernel behind torch.cuda._sleep: occupy
  * `stream` for `microseconds` of device time. Never runs inline, so the

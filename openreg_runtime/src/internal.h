@@ -131,6 +131,11 @@ struct Item {
   orMemcpyKind kind = orMemcpyDefault;
   std::shared_ptr<EventState> event;  // Record: the state to complete;
                                       // Wait: the state to wait for
+  // orLaunchMayDefer: the inline run may hand the kernel to a worker
+  // (cleared once it has); while tracing, when that attempt started (the
+  // kernel's trace event spans the attempt and the worker's call).
+  bool may_defer = false;
+  uint64_t attempt_ns = 0;
 };
 
 struct Stream {

@@ -46,13 +46,18 @@ orError_t orLaunchSleep(orStream_t stream, unsigned long long microseconds) {
 orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
                          const char* name, unsigned int flags) {
   if (!fn) return fail(orErrorInvalidValue, "orLaunchKernel: fn is NULL");
-  if (flags & ~unsigned(orLaunchSynchronous | orLaunchNeverInline))
+  if (flags & ~unsigned(orLaunchSynchronous | orLaunchNeverInline | orLaunchMayDefer))
     return fail(orErrorInvalidValue, "orLaunchKernel: unknown flags 0x%x", flags);
+  if ((flags & orLaunchMayDefer) && (flags & (orLaunchSynchronous | orLaunchNeverInline)))
+    return fail(orErrorInvalidValue,
+                "orLaunchKernel: orLaunchMayDefer does not combine with orLaunchSynchronous "
+                "or orLaunchNeverInline (flags 0x%x)", flags);
   Item it;
   it.type = Item::Kernel;
   it.name = name ? name : "kernel";
   it.kfn = fn;
   it.args = args;
+  it.may_defer = flags & orLaunchMayDefer;
   const bool sync = flags & orLaunchSynchronous;
   // The sanitizer checks the accesses declared for this launch before the
   // kernel runs: a racing kernel fails here and never runs.

@@ -10,7 +10,10 @@
 //
 // Fast path: a kernel, memset or device-to-device copy launched on an idle
 // stream runs inline on the calling thread. That is unobservable: the stream
-// is marked running while it executes, exactly as if a worker had it.
+// is marked running while it executes, exactly as if a worker had it. A
+// kernel launched with orLaunchMayDefer may give up in that inline run; it
+// then goes back to the head of its stream for a worker, as if a worker had
+// been running it all along.
 //
 // Vendor: this file is what your hardware queues and firmware do. The torch
 // glue only relies on the semantics in openreg.h.
@@ -131,9 +134,11 @@ orError_t run_claimed(Stream* s, const Item& it,
                       std::unique_lock<std::mutex>& lk, std::string* why) {
   lk.unlock();
   const bool tracing = tracing_enabled();
-  uint64_t t0 = tracing ? now_ns() : 0;
+  uint64_t t0 = tracing ? (it.attempt_ns ? it.attempt_ns : now_ns()) : 0;
   orError_t err = execute(it, why);
-  if (tracing) trace_item(it, s->device, s->id, t0, now_ns());
+  // A deferred attempt is traced with the worker's call that finishes it.
+  if (tracing && !(it.may_defer && err == orErrorNotReady))
+    trace_item(it, s->device, s->id, t0, now_ns());
   lk.lock();
   s->running = false;
   return err;
@@ -318,13 +323,26 @@ void enqueue_locked(Stream* s, Item it) {
 void submit(Stream* s, Item it, bool inline_ok) {
   std::unique_lock<std::mutex> lk(sched_mu());
   if (!(inline_ok && s->idle())) {
+    it.may_defer = false;  // only an inline run may give up
     enqueue_locked(s, std::move(it));
     return;
   }
   stamp(it);
   s->running = true;
+  if (it.may_defer && tracing_enabled()) it.attempt_ns = now_ns();
   std::string why;
   orError_t err = run_claimed(s, it, lk, &why);
+  if (it.may_defer && err == orErrorNotReady) {
+    // orLaunchMayDefer: the attempt gave up. The same launch goes back to
+    // the head of its stream (items queued meanwhile stay behind it, and the
+    // stream is not idle in between) for a worker, whose call must finish.
+    it.may_defer = false;
+    s->queue.push_front(std::move(it));
+    Device* dev = peek_device(s->device);
+    ensure_workers(dev);
+    dev->work_cv.notify_one();
+    return;
+  }
   record_error(s, it, err, why);
   finish_claimed(s);
 }

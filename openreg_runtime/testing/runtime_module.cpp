@@ -113,6 +113,34 @@ orError_t gate_kernel(void* p) {
   return orSuccess;
 }
 
+// orLaunchMayDefer: on the launching thread the kernel gives up (if asked
+// to); on a worker it waits on the gate, or fails with orErrorNotReady
+// (which only an inline attempt may return). Every call records its thread.
+struct DeferCalls {
+  std::mutex mu;
+  std::vector<unsigned long long> threads;
+};
+struct DeferKernelArgs {
+  std::shared_ptr<Gate> gate;
+  std::shared_ptr<DeferCalls> calls;
+  unsigned long long launcher;
+  bool defer;
+  bool not_ready_on_worker;
+};
+orError_t defer_kernel(void* p) {
+  auto* a = static_cast<DeferKernelArgs*>(p);
+  const unsigned long long me = this_thread_id();
+  {
+    std::lock_guard<std::mutex> g(a->calls->mu);
+    a->calls->threads.push_back(me);
+  }
+  if (a->defer && me == a->launcher) return orErrorNotReady;  // called again: keep args
+  std::unique_ptr<DeferKernelArgs> own(a);
+  if (a->not_ready_on_worker) return orErrorNotReady;
+  gate_fn(a->gate.get());
+  return orSuccess;
+}
+
 // Trace capture: each recorder is one subscriber of the runtime's trace.
 struct TraceRec {
   int kind;
@@ -461,6 +489,7 @@ class OpenRegError(RuntimeError):
   m.attr("LaunchDefault") = int(orLaunchDefault);
   m.attr("LaunchSynchronous") = int(orLaunchSynchronous);
   m.attr("LaunchNeverInline") = int(orLaunchNeverInline);
+  m.attr("LaunchMayDefer") = int(orLaunchMayDefer);
   m.def("this_thread_id", [] { return this_thread_id(); });
   // Launches a kernel that blocks on `gate`; returns a function giving the id
   // of the thread the kernel ran on (0 until it started).
@@ -475,6 +504,24 @@ class OpenRegError(RuntimeError):
     check(e);
     return py::cpp_function([thread] { return thread->load(); });
   }, py::arg("stream"), py::arg("gate"), py::arg("flags"));
+  // Returns a function giving the ids of the threads the kernel was called on.
+  m.def("launch_defer_kernel", [](uintptr_t s, std::shared_ptr<Gate> g, bool defer,
+                                  bool not_ready_on_worker, unsigned flags) {
+    auto calls = std::make_shared<DeferCalls>();
+    auto* args = new DeferKernelArgs{g, calls, this_thread_id(), defer, not_ready_on_worker};
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orLaunchKernel(S(s), defer_kernel, args, "defer_kernel", flags);
+    }
+    if (e != orSuccess) delete args;
+    check(e);
+    return py::cpp_function([calls] {
+      std::lock_guard<std::mutex> g(calls->mu);
+      return calls->threads;
+    });
+  }, py::arg("stream"), py::arg("gate"), py::arg("defer"), py::arg("not_ready_on_worker") = false,
+     py::arg("flags") = int(orLaunchMayDefer));
   m.def("launch_failing_kernel", [](uintptr_t s, bool sync) {
     orError_t e;
     {

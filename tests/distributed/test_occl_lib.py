@@ -72,6 +72,20 @@ class TestLibOccl:
     def test_launch_is_asynchronous(self, tmp_path):
         check_ok(run_ranks("occl_lib.py", 2, timeout=60, args=(tmp_path, "async")))
 
+    def test_small_allreduce_behind_queued_work_keeps_stream_order(self, tmp_path):
+        check_ok(run_ranks("occl_lib.py", 2, timeout=60, args=(tmp_path, "order")))
+
+    @pytest.mark.parametrize("nranks", [2, 3])
+    def test_small_collectives_inline_and_deferred_stay_in_step(self, tmp_path, nranks):
+        # OCCL_DEBUG marks where each operation finished: on the launching
+        # thread (the peers were there) or on a worker after the attempt gave
+        # up (a rank was late); both must happen, and every result is checked.
+        results = run_ranks("occl_lib.py", nranks, timeout=120, args=(tmp_path, "lockstep"),
+                            env={"OCCL_DEBUG": "1"})
+        check_ok(results)
+        err = "".join(e for _, _, e in results)
+        assert "(inline)" in err and "(deferred)" in err, err[-3000:]
+
     def test_mismatched_sizes_fail_on_every_rank(self, tmp_path):
         results = run_ranks("occl_lib.py", 2, timeout=60, args=(tmp_path, "mismatch"))
         check_ok(results)

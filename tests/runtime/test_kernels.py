@@ -13,6 +13,7 @@ from tests.runtime._helpers import (
     on_device,
     rt,
     sync_stream,
+    wait_until,
 )
 
 
@@ -132,3 +133,82 @@ class TestLaunchNeverInline:
         call_with_timeout(launch)
         sync_stream(stream)
         assert box["ran_on"]() == box["caller"]  # the fast path: on the caller's thread
+
+
+# ---------------------------------------------------------------- may defer
+@pytest.mark.runtime
+class TestLaunchMayDefer:
+    """orLaunchMayDefer: on an idle stream the kernel is first tried inline on
+    the calling thread; there it may give up (orErrorNotReady), and then a
+    device worker calls it again, in stream order, while the stream stays
+    busy. OCCL launches its small collectives this way."""
+
+    def test_finishing_attempt_runs_inline(self, stream):
+        g = rt.Gate()
+        g.release()
+        box = {}
+
+        def launch():
+            box["caller"] = rt.this_thread_id()
+            box["calls"] = rt.launch_defer_kernel(stream, g, defer=False)
+
+        call_with_timeout(launch)
+        sync_stream(stream)
+        assert box["calls"]() == [box["caller"]]  # once, on the caller: no thread hop
+
+    def test_given_up_attempt_finishes_on_a_worker_in_stream_order(self, stream):
+        g = rt.Gate()
+        box = {}
+        log = rt.Log()
+
+        def launch():
+            box["caller"] = rt.this_thread_id()
+            box["calls"] = rt.launch_defer_kernel(stream, g, defer=True)
+
+        try:
+            call_with_timeout(launch, timeout=5)  # returns although the gate is shut
+            rt.launch_log(stream, log, 1)  # queued behind the deferred kernel
+            assert not rt.stream_query(stream)  # busy between the attempt and the worker
+            assert wait_until(lambda: len(box["calls"]()) == 2 and g.entered)
+            calls = box["calls"]()
+            assert calls[0] == box["caller"] and calls[1] not in (0, box["caller"])
+            time.sleep(0.01)
+            assert log.values == []  # stream order: the later item waits
+            assert not rt.stream_query(stream)
+        finally:
+            g.release()
+        sync_stream(stream)
+        assert log.values == [1]
+        assert rt.stream_query(stream)
+
+    def test_busy_stream_queues_without_an_attempt(self, stream):
+        g = rt.Gate()
+        g.release()
+        with gates() as gs:
+            gs.launch(stream)
+            calls = rt.launch_defer_kernel(stream, g, defer=True)
+            time.sleep(0.01)
+            assert calls() == []
+            gs.release_all()
+            sync_stream(stream)
+        (only,) = calls()
+        assert only != rt.this_thread_id()
+
+    def test_not_ready_from_the_worker_is_a_failure(self, stream):
+        g = rt.Gate()
+        g.release()
+        rt.launch_defer_kernel(stream, g, defer=True, not_ready_on_worker=True)
+        with pytest.raises(rt.OpenRegError) as ei:
+            sync_stream(stream)
+        assert "defer_kernel" in str(ei.value)
+        sync_stream(stream)
+        assert rt.stream_query(stream)
+
+    @pytest.mark.parametrize("other", ["LaunchSynchronous", "LaunchNeverInline"])
+    def test_rejects_contradictory_flags(self, stream, other):
+        g = rt.Gate()
+        g.release()
+        with pytest.raises(rt.OpenRegError) as ei:
+            rt.launch_defer_kernel(stream, g, defer=False,
+                                   flags=rt.LaunchMayDefer | getattr(rt, other))
+        assert "orLaunchMayDefer" in str(ei.value)

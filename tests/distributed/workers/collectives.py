@@ -6,6 +6,7 @@ and values."""
 
 import datetime
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -224,6 +225,37 @@ def test_noncontiguous_large_p2p_coalesced_objects():
     dist.barrier()
 
 
+def test_small_allreduce_stream_order():
+    # A small all-reduce is tried on the calling thread only when OCCL's
+    # stream is idle, which it is not while the caller's stream still has
+    # work: here a 300 ms sleep and an asynchronous copy into the tensor
+    # behind it. The launch returns at once, the all-reduce reduces what the
+    # copy wrote, and work on the current stream after Work.wait() sees it.
+    src = torch.full((4,), float(rank + 1)).pin_memory()
+    t = torch.zeros(4, device=dev)
+    torch.openreg._sleep(300_000)
+    t.copy_(src, non_blocking=True)
+    t0 = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    assert time.monotonic() - t0 < 0.25, time.monotonic() - t0
+    work.wait()
+    want = float(sum(r + 1 for r in range(world)))
+    check(t * 2, torch.full((4,), 2 * want))
+    # In lock step (the fast path on every rank that finds its peers there)
+    # and with a rank late (the others' attempts give up and a worker
+    # finishes), results and order hold; sync and async launches mixed.
+    for i in range(100):
+        if i % 10 == rank:
+            time.sleep(0.002)
+        t = torch.full((1,), float(i + rank), device=dev)
+        if i % 2:
+            dist.all_reduce(t)
+        else:
+            dist.all_reduce(t, async_op=True).wait()
+        t += 1  # eager work after the collective on the current stream
+        check(t, torch.full((1,), float(sum(i + r for r in range(world)) + 1)))
+
+
 def test_large_allreduce_every_dtype():
     # Above 256 KiB all-reduce takes its pipelined paths (zero copy, the
     # slots, or over TCP the direct pipeline): every dtype and op, in place
@@ -255,7 +287,8 @@ def test_large_allreduce_every_dtype():
 
 only = os.environ.get("ONLY")
 for fn in [test_allreduce, test_rooted_and_gathering, test_all_to_all_uneven,
-           test_noncontiguous_large_p2p_coalesced_objects, test_large_allreduce_every_dtype]:
+           test_noncontiguous_large_p2p_coalesced_objects, test_small_allreduce_stream_order,
+           test_large_allreduce_every_dtype]:
     if only and fn.__name__ != only:
         continue
     if fn is test_all_to_all_uneven and world > 4:

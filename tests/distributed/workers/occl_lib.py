@@ -250,8 +250,10 @@ elif case == "impostor":
     np.testing.assert_array_equal(from_dev(d, np.ones(1000, np.float32)), np.full(1000, world, np.float32))
     print("OK", comm.transport)
 elif case == "async":
-    # The launch returns at once although the peer joins later: the work runs
-    # on a device worker, and the stream reports not-ready meanwhile.
+    # The launch returns at once although the peer joins later: the small
+    # all-reduce is tried on this thread (the stream is idle), gives up after
+    # a short spin, and a device worker finishes it; the stream reports
+    # not-ready meanwhile.
     x = np.ones(10, np.float32)
     d = to_dev(x)
     if rank == 1:
@@ -265,6 +267,42 @@ elif case == "async":
         assert comm.query(comm.last_seq) == "occlInProgress"
     comm.synchronize(s)
     np.testing.assert_array_equal(from_dev(d, x), np.full(10, world, np.float32))
+    print("OK")
+elif case == "order":
+    # Earlier work queued on the stream: the small all-reduce is not tried
+    # on this thread (the stream is busy) but queued behind it, and reduces
+    # what that work wrote; the launch returns at once.
+    d = to_dev(np.zeros(10, np.int32))
+    rt.launch_sleep(s, 300_000)
+    rt.launch_fill_i32(s, d, 10, rank + 1, False)
+    t0 = time.monotonic()
+    comm.allreduce(d, d, 10, "int32", "sum", stream=s)
+    assert time.monotonic() - t0 < 0.25, time.monotonic() - t0
+    assert not rt.stream_query(s)
+    comm.synchronize(s)
+    np.testing.assert_array_equal(from_dev(d, np.zeros(10, np.int32)),
+                                  np.full(10, world * (world + 1) // 2, np.int32))
+    print("OK")
+elif case == "lockstep":
+    # Many small all-reduces and reduces in a row, some with a rank late (so
+    # some finish on the launching thread and some on a worker), each
+    # checked: rounds, slots and sequence numbers stay in step across both.
+    x = np.zeros(3, np.float64)
+    d = to_dev(x)
+    g = np.random.default_rng(7)  # same draws on every rank
+    for i in range(300):
+        late = g.integers(0, world + 3)
+        if late == rank:
+            time.sleep(0.002)
+        rt.memcpy(d, np.full(3, float(i + rank)).ctypes.data, 24, rt.HostToDevice)
+        if i % 3 == 2:
+            comm.reduce(d, d, 3, "float64", "sum", root=i % world, stream=s)
+        else:
+            comm.allreduce(d, d, 3, "float64", "sum", stream=s)
+        comm.synchronize(s)
+        if i % 3 != 2 or rank == i % world:
+            want = sum(float(i + r) for r in range(world))
+            np.testing.assert_array_equal(from_dev(d, x), np.full(3, want))
     print("OK")
 elif case == "mismatch":
     d = to_dev(np.ones(10 + rank, np.float32))
