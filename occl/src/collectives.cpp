@@ -373,12 +373,16 @@ bool use_zero_copy(const occlComm* c, size_t bytes) {
   return c->zero_copy && c->nranks > 1 && bytes > kSmallAllReduce;
 }
 
+// A positive byte count from environment variable `name`, else `dflt`.
+size_t env_bytes(const char* name, size_t dflt) {
+  const char* e = getenv(name);
+  const long long k = e ? atoll(e) : 0;
+  return k > 0 ? size_t(k) : dflt;
+}
+
+// Bytes per chunk of a zero-copy collective (OCCL_ZC_CHUNK overrides).
 size_t zc_chunk_bytes() {
-  static const size_t v = [] {
-    const char* e = getenv("OCCL_ZC_CHUNK");
-    const long long k = e ? atoll(e) : 0;
-    return k > 0 ? size_t(k) : size_t(2) << 20;
-  }();
+  static const size_t v = env_bytes("OCCL_ZC_CHUNK", size_t(2) << 20);
   return v;
 }
 
@@ -431,11 +435,7 @@ bool use_tcp_pipeline(const occlComm* c, size_t bytes) {
 // Bytes of each rank's share of a chunk (OCCL_TCP_CHUNK overrides), and how
 // many chunks of every peer may be staged at once.
 size_t tcp_share_bytes() {
-  static const size_t v = [] {
-    const char* e = getenv("OCCL_TCP_CHUNK");
-    const long long k = e ? atoll(e) : 0;
-    return k > 0 ? size_t(k) : size_t(512) << 10;
-  }();
+  static const size_t v = env_bytes("OCCL_TCP_CHUNK", size_t(512) << 10);
   return v;
 }
 constexpr size_t kTcpStages = 8;
