@@ -2,6 +2,7 @@
 // (empty, empty_strided), metadata/view ops, resizing, set_, copies between
 // devices and _local_scalar_dense. Everything else goes through the
 // zero-copy fallback (Fallback.cpp) or the native kernels of later files.
+#include "Dropout.h"
 #include "KernelView.h"
 
 #include "../runtime/OpenRegAllocator.h"
@@ -252,7 +253,9 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   double scale = p1m == 0 ? 0. : 1. / p1m;
   at::Tensor mask = at::empty_like(input, bool_opts);
   mask.bernoulli_(p1m);
-  at::Tensor output = input.mul(mask).mul_(scale);
+  // One pass that reads the bool mask as it is (Dropout.cpp).
+  at::Tensor output = dropout_masked_scale(input, mask, scale, "aten::native_dropout",
+                                           /*scale_in_place=*/true);
   return {output, mask};
 }
 
