@@ -427,9 +427,12 @@ at::Tensor AliasSet::lend_alias(const at::Tensor& t, bool write, int* index) {
 }
 
 void AliasSet::give_back(int index, at::Tensor&& alias) {
+  // Called from destructors: never throws. A kernel that reassigned its
+  // Tensor& argument hands back another tensor; keep that one (the table
+  // takes it only if it is a plain alias), or nothing if it is undefined.
   TensorEntry& e = tensors_[index];
-  TORCH_INTERNAL_ASSERT(!e.alias && alias.unsafeGetTensorImpl() == e.cpu,
-                        "openreg: a lent alias came back changed");
+  if (!alias.defined() || e.alias) return;
+  e.cpu = alias.unsafeGetTensorImpl();
   e.alias = c10::intrusive_ptr<c10::TensorImpl>::reclaim(alias.unsafeReleaseTensorImpl());
 }
 
