@@ -186,8 +186,7 @@ void occlComm::wait_round(const OpCtx& ctx, uint32_t target, const OpDesc& desc,
   for (int p = 0; p < nranks; ++p) {
     if (p == rank || peers[size_t(p)].tcp) continue;
     Ctrl* c = peers[size_t(p)].ctrl();
-    wait_for(ctx, p, &c->step.v, &c->waiters.v,
-             [&] { return int32_t(c->step.v.load(std::memory_order_acquire) - target) >= 0; },
+    wait_for(ctx, p, &c->step.v, &c->waiters.v, [&] { return has_posted(p, target); },
              "the same collective", spun);
   }
   check_round(ctx, target, desc);
@@ -214,14 +213,18 @@ void occlComm::check_round(const OpCtx& ctx, uint32_t target, const OpDesc& desc
 // [docs:occl-round:end]
 
 // [docs:occl-try-round]
-// Whether every shared-memory peer has posted round `target` (no waiting).
-bool occlComm::round_arrived(uint32_t target) const {
+// Whether peer `p` has posted round `target` (no waiting).
+bool occlComm::has_posted(int p, uint32_t target) const {
+  return int32_t(peers[size_t(p)].ctrl()->step.v.load(std::memory_order_acquire) - target) >= 0;
+}
+
+// The first shared-memory peer that has not posted round `target`, or -1.
+int occlComm::late_peer(uint32_t target) const {
   for (int p = 0; p < nranks; ++p) {
     if (p == rank || peers[size_t(p)].tcp) continue;
-    if (int32_t(peers[size_t(p)].ctrl()->step.v.load(std::memory_order_acquire) - target) < 0)
-      return false;
+    if (!has_posted(p, target)) return p;
   }
-  return true;
+  return -1;
 }
 
 // The inline attempt of a launch (orLaunchMayDefer): wait for the peers'
@@ -235,7 +238,7 @@ bool occlComm::round_arrived(uint32_t target) const {
 // core goes to whoever needs it and the peer's post wakes this rank at once.
 bool occlComm::try_wait_round(const OpCtx& ctx, uint32_t target, const OpDesc& desc) {
   for (int i = 0; i < kSpins / 40; ++i) {
-    if (round_arrived(target)) {
+    if (late_peer(target) < 0) {
       check_round(ctx, target, desc);
       return true;
     }
@@ -245,19 +248,14 @@ bool occlComm::try_wait_round(const OpCtx& ctx, uint32_t target, const OpDesc& d
   const auto yield_until = start + std::chrono::microseconds(15);
   const auto until = start + std::chrono::microseconds(50);
   do {
-    if (round_arrived(target)) {
+    if (late_peer(target) < 0) {
       check_round(ctx, target, desc);
       return true;
     }
     sched_yield();
   } while (Clock::now() < yield_until);
   for (;;) {
-    int late = -1;
-    for (int p = 0; p < nranks && late < 0; ++p) {
-      if (p == rank || peers[size_t(p)].tcp) continue;
-      if (int32_t(peers[size_t(p)].ctrl()->step.v.load(std::memory_order_acquire) - target) < 0)
-        late = p;
-    }
+    const int late = late_peer(target);
     if (late < 0) {
       check_round(ctx, target, desc);
       return true;

@@ -292,7 +292,8 @@ struct occlComm {
   void wait_round(const occl::OpCtx& ctx, uint32_t target, const occl::OpDesc& desc,
                   bool spun = false);
   bool try_wait_round(const occl::OpCtx& ctx, uint32_t target, const occl::OpDesc& desc);
-  bool round_arrived(uint32_t target) const;
+  bool has_posted(int peer, uint32_t target) const;
+  int late_peer(uint32_t target) const;  // first shm peer not at `target`, or -1
   void check_round(const occl::OpCtx& ctx, uint32_t target, const occl::OpDesc& desc);
   // Pauses a waiter spins for before it yields (about 50 us): a peer on
   // another core answers within that; a longer spin would steal the core
