@@ -310,14 +310,20 @@ void wait_idle_locked(std::unique_lock<std::mutex>& lk, Stream* s) {
   });
 }
 
+namespace {
+// One worker per new item: every worker of a device can run any of its
+// streams, and a worker rescans before it sleeps, so none is left behind.
+void wake_a_worker(Stream* s) {
+  Device* dev = peek_device(s->device);
+  ensure_workers(dev);
+  dev->work_cv.notify_one();
+}
+}  // namespace
+
 void enqueue_locked(Stream* s, Item it) {
   stamp(it);
   s->queue.push_back(std::move(it));
-  Device* dev = peek_device(s->device);
-  ensure_workers(dev);
-  // One worker per new item: every worker of a device can run any of its
-  // streams, and a worker rescans before it sleeps, so none is left behind.
-  dev->work_cv.notify_one();
+  wake_a_worker(s);
 }
 
 void submit(Stream* s, Item it, bool inline_ok) {
@@ -338,9 +344,7 @@ void submit(Stream* s, Item it, bool inline_ok) {
     // stream is not idle in between) for a worker, whose call must finish.
     it.may_defer = false;
     s->queue.push_front(std::move(it));
-    Device* dev = peek_device(s->device);
-    ensure_workers(dev);
-    dev->work_cv.notify_one();
+    wake_a_worker(s);
     return;
   }
   record_error(s, it, err, why);
