@@ -784,9 +784,9 @@ void deleter(void* ctx) {
   auto* block = static_cast<Block*>(ctx);
   // (Load first: most blocks never got an alias, and an exchange is a
   // locked instruction.)
-  if (block->cpu_alias.load(std::memory_order_relaxed) == nullptr) {
-  } else if (c10::StorageImpl* alias = block->cpu_alias.exchange(nullptr, std::memory_order_acq_rel)) {
-    c10::intrusive_ptr<c10::StorageImpl>::reclaim(alias);  // drops our reference
+  if (block->cpu_alias.load(std::memory_order_relaxed) != nullptr) {
+    if (c10::StorageImpl* alias = block->cpu_alias.exchange(nullptr, std::memory_order_acq_rel))
+      c10::intrusive_ptr<c10::StorageImpl>::reclaim(alias);  // drops our reference
   }
   allocator().free_block_from_user(block);
 }
