@@ -91,7 +91,7 @@ orError_t orEventSynchronize(orEvent_t event) {
   if (orError_t e = check_live_event(event, "orEventSynchronize")) return e;
   if (!event->recorded) return orSuccess;
   std::shared_ptr<EventState> st = event->state;
-  cv_done().wait(lk, [&] { return st->completed; });
+  wait_done(lk, [&] { return st->completed; });
   if (san::on()) san::host_join_event(st.get());
   // Report an asynchronous failure of the recording stream, if it is still
   // alive and has one pending.

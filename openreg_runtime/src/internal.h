@@ -144,13 +144,19 @@ struct Stream {
   unsigned long long id = 0;
   bool is_default = false;
   std::deque<Item> queue;
-  bool running = false;  // an item (or a synchronous launch) is executing
+  // An item (or a synchronous launch) is executing. Set from false to true
+  // only by compare-and-swap: under the scheduler lock by workers and locked
+  // launches, and without it by a synchronous launch claiming an idle stream
+  // (scheduler.cpp, try_claim_idle).
+  std::atomic<bool> running{false};
+  // queue.size(), written under the scheduler lock, readable without it.
+  std::atomic<size_t> queued{0};
   unsigned san_slot = 0;  // the stream sanitizer's index for it (0: none yet)
   std::string name;       // orStreamSetName; guarded by the sanitizer's mutex
   orError_t error = orSuccess;  // first asynchronous error, until reported
   std::string error_message;
 
-  bool idle() const { return queue.empty() && !running; }
+  bool idle() const { return queue.empty() && !running.load(); }  // lock held
 };
 
 struct EventState {

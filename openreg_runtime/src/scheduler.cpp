@@ -11,6 +11,8 @@
 // Fast path: a kernel, memset or device-to-device copy launched on an idle
 // stream runs inline on the calling thread. That is unobservable: the stream
 // is marked running while it executes, exactly as if a worker had it. A
+// synchronous kernel launch claims an idle stream without the scheduler lock
+// at all (try_claim_idle), when the thread has used that stream before. A
 // kernel launched with orLaunchMayDefer may give up in that inline run; it
 // then goes back to the head of its stream for a worker, as if a worker had
 // been running it all along.
@@ -40,13 +42,14 @@ std::unordered_set<Stream*>& live_streams() {
 }
 
 std::atomic<unsigned long long> g_next_stream_id{1};
-// Bumped (under sched_mu()) whenever a stream is destroyed: a thread's last
-// validated handle stays valid while the count is unchanged (is_live_stream's
-// hash lookup missed the cache on every launch).
-uint64_t g_stream_destructions = 0;
+// Bumped (under sched_mu()) whenever a stream starts being destroyed: a
+// thread's last validated handle stays valid while the count is unchanged
+// (is_live_stream's hash lookup missed the cache on every launch). Read
+// without the lock by the lock-free claim.
+std::atomic<uint64_t> g_stream_destructions{0};
 thread_local Stream* t_live_stream = nullptr;
 thread_local uint64_t t_live_stream_epoch = 0;
-uint64_t g_order = 0;  // guarded by sched_mu()
+std::atomic<uint64_t> g_order{0};
 
 // Completed markers can make items runnable on any device (cross-device
 // event waits): wake every device's workers, and the host waiters.
@@ -60,9 +63,12 @@ void wake_all() {
 // Give a new item its place in the global FIFO and the launching thread's
 // correlation id. sched_mu() held.
 void stamp(Item& it) {
-  it.order = ++g_order;
+  it.order = g_order.fetch_add(1, std::memory_order_relaxed) + 1;
   stamp_launch(it);
 }
+
+// Keep the lock-free copy of the queue's length in step (sched_mu() held).
+void queue_changed(Stream* s) { s->queued.store(s->queue.size()); }
 
 // ------------------------------------------------------------ execution
 // Resolve a copy's pointers to addresses the host can touch, validating
@@ -140,7 +146,7 @@ orError_t run_claimed(Stream* s, const Item& it,
   if (tracing && !(it.may_defer && err == orErrorNotReady))
     trace_item(it, s->device, s->id, t0, now_ns());
   lk.lock();
-  s->running = false;
+  s->running.store(false);
   return err;
 }
 
@@ -163,7 +169,7 @@ void worker_loop(Device* dev) {
     bool progressed = false;
     for (Stream* s : dev->streams) {
       if (drain_markers(s)) progressed = true;
-      if (s->running || s->queue.empty()) continue;
+      if (s->running.load() || s->queue.empty()) continue;
       const Item& head = s->queue.front();
       if (head.type == Item::Wait || head.type == Item::Record) continue;
       if (!best || s->priority < best->priority ||
@@ -180,9 +186,14 @@ void worker_loop(Device* dev) {
       continue;
     }
     // [docs:scheduler-pick:end]
+    // A lock-free claim (a synchronous launch) may have taken the stream
+    // since the scan; it will see the queued item when it releases the
+    // stream, and wake a worker.
+    bool idle = false;
+    if (!best->running.compare_exchange_strong(idle, true)) continue;
     Item it = std::move(best->queue.front());
     best->queue.pop_front();
-    best->running = true;
+    queue_changed(best);
     std::string why;
     orError_t err = run_claimed(best, it, lk, &why);
     record_error(best, it, err, why);
@@ -221,10 +232,12 @@ void register_stream(Device& dev, Stream* s) {
 
 void unregister_stream(Stream* s) {
   std::unique_lock<std::mutex> lk(sched_mu());
+  // Invalidate every thread's cached handle first, so no lock-free claim
+  // starts on this stream from now on.
+  g_stream_destructions.fetch_add(1);
   // Pending work completes first (CUDA releases the stream afterwards).
   wait_idle_locked(lk, s);
   live_streams().erase(s);
-  ++g_stream_destructions;
   auto& v = peek_device(s->device)->streams;
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] == s) {
@@ -235,10 +248,11 @@ void unregister_stream(Stream* s) {
 }
 
 bool is_live_stream(Stream* s) {
-  if (s == t_live_stream && t_live_stream_epoch == g_stream_destructions) return true;
+  const uint64_t epoch = g_stream_destructions.load();
+  if (s == t_live_stream && t_live_stream_epoch == epoch) return true;
   if (live_streams().count(s) == 0) return false;
   t_live_stream = s;
-  t_live_stream_epoch = g_stream_destructions;
+  t_live_stream_epoch = epoch;
   return true;
 }
 
@@ -284,7 +298,7 @@ orError_t take_error(Stream* s, const char* call) {
 // ------------------------------------------------------------ queueing
 bool drain_markers(Stream* s) {
   bool changed = false;
-  while (!s->running && !s->queue.empty()) {
+  while (!s->running.load() && !s->queue.empty()) {
     Item& head = s->queue.front();
     if (head.type == Item::Record) {
       head.event->time_ns = now_ns();
@@ -293,6 +307,7 @@ bool drain_markers(Stream* s) {
       break;
     }
     s->queue.pop_front();
+    queue_changed(s);
     changed = true;
   }
   // A completed marker can unblock waiters anywhere: other streams' Wait
@@ -303,12 +318,35 @@ bool drain_markers(Stream* s) {
   return changed;
 }
 
+std::atomic<int> g_host_waiters{0};
+
 void wait_idle_locked(std::unique_lock<std::mutex>& lk, Stream* s) {
-  cv_done().wait(lk, [&] {
+  wait_done(lk, [&] {
     drain_markers(s);
     return s->idle();
   });
 }
+
+namespace {
+// Give back a stream claimed without the lock.
+void release_claim(Stream* s) {
+  s->running.store(false);
+  if (s->queued.load() != 0 || g_host_waiters.load() != 0) {
+    std::lock_guard<std::mutex> g(sched_mu());
+    finish_claimed(s);
+  }
+}
+
+// Wait until `s` is idle and claim it (sched_mu() held by `lk`). The claim is
+// a compare-and-swap: a lock-free claim may take the stream in between.
+void claim_locked(std::unique_lock<std::mutex>& lk, Stream* s) {
+  for (;;) {
+    wait_idle_locked(lk, s);
+    bool idle = false;
+    if (s->running.compare_exchange_strong(idle, true)) return;
+  }
+}
+}  // namespace
 
 namespace {
 // One worker per new item: every worker of a device can run any of its
@@ -323,18 +361,19 @@ void wake_a_worker(Stream* s) {
 void enqueue_locked(Stream* s, Item it) {
   stamp(it);
   s->queue.push_back(std::move(it));
+  queue_changed(s);
   wake_a_worker(s);
 }
 
 void submit(Stream* s, Item it, bool inline_ok) {
   std::unique_lock<std::mutex> lk(sched_mu());
-  if (!(inline_ok && s->idle())) {
+  bool idle = false;
+  if (!(inline_ok && s->queue.empty() && s->running.compare_exchange_strong(idle, true))) {
     it.may_defer = false;  // only an inline run may give up
     enqueue_locked(s, std::move(it));
     return;
   }
   stamp(it);
-  s->running = true;
   if (it.may_defer && tracing_enabled()) it.attempt_ns = now_ns();
   std::string why;
   orError_t err = run_claimed(s, it, lk, &why);
@@ -344,6 +383,7 @@ void submit(Stream* s, Item it, bool inline_ok) {
     // stream is not idle in between) for a worker, whose call must finish.
     it.may_defer = false;
     s->queue.push_front(std::move(it));
+    queue_changed(s);
     wake_a_worker(s);
     return;
   }
@@ -353,32 +393,66 @@ void submit(Stream* s, Item it, bool inline_ok) {
 
 orError_t run_synchronously(Stream* s, Item it, std::string* why) {
   std::unique_lock<std::mutex> lk(sched_mu());
-  wait_idle_locked(lk, s);
+  claim_locked(lk, s);
   stamp(it);
-  s->running = true;
   orError_t err = run_claimed(s, it, lk, why);  // errors go straight back
   finish_claimed(s);
   return err;
 }
 
+namespace {
+// The lock-free claim of an idle stream, for synchronous launches. It needs
+// the thread's last validated handle (is_live_stream's cache) to be `s` and
+// still valid: a destroyed stream bumps g_stream_destructions before it
+// waits for its work. Every step is sequentially consistent, against
+// enqueue_locked (queued), workers (their compare-and-swap on running) and
+// host waiters (g_host_waiters):
+// * a claimant that finds work queued after its swap gives the stream back;
+// * a releaser that finds work queued or a host waiting finishes under the
+//   lock, as a worker would (markers, wake-ups);
+// * a host waiter registers before it checks the stream, so either it sees
+//   the stream released or the releaser sees it waiting.
+bool try_claim_idle(Stream* s) {
+  const uint64_t epoch = t_live_stream_epoch;
+  if (s != t_live_stream || epoch != g_stream_destructions.load() || in_forked_child())
+    return false;
+  if (s->queued.load() != 0) return false;
+  bool idle = false;
+  if (!s->running.compare_exchange_strong(idle, true)) return false;
+  if (s->queued.load() == 0 && epoch == g_stream_destructions.load()) return true;
+  release_claim(s);
+  return false;
+}
+}  // namespace
+
 // [docs:sync-launch]
-// The hot path of every eager operator: two short critical sections, one to
-// check the handle, wait for the stream's earlier work and claim the stream,
-// one to release it. The kernel itself runs unlocked, on this thread.
+// The hot path of every eager operator. A stream this thread has launched on
+// before, and that is idle, is claimed and released with one
+// compare-and-swap and one store, without the scheduler lock. Otherwise: one
+// critical section to check the handle, wait for the stream's earlier work
+// and claim it, one to release it. The kernel always runs unlocked, on this
+// thread.
 orError_t launch_synchronously(orStream_t handle, Item& it, const char* call,
                                bool* launched, std::string* why) {
+  Stream* s = static_cast<Stream*>(handle);
+  if (s && !tracing_enabled() && try_claim_idle(s)) {
+    *launched = true;
+    stamp_launch(it);
+    orError_t err = execute(it, why);
+    release_claim(s);
+    return err;
+  }
   *launched = false;
   // The NULL handle resolves without the lock (the first use of a device
   // initialises it, which registers its default stream under the lock).
-  Stream* s = handle ? nullptr : resolve_stream_locked(nullptr, call);
+  if (!handle) s = resolve_stream_locked(nullptr, call);
   if (!handle && !s) return orPeekAtLastError();
   std::unique_lock<std::mutex> lk(sched_mu());
   if (handle) s = resolve_stream_locked(handle, call);
   if (!s) return orPeekAtLastError();
   *launched = true;
-  wait_idle_locked(lk, s);
+  claim_locked(lk, s);
   stamp(it);
-  s->running = true;
   orError_t err = run_claimed(s, it, lk, why);
   finish_claimed(s);
   return err;

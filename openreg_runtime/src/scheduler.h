@@ -34,7 +34,20 @@ orError_t run_synchronously(Stream* s, Item it, std::string* why);
 orError_t launch_synchronously(orStream_t handle, Item& it, const char* call,
                                bool* launched, std::string* why);
 
+// Host threads blocked in wait_done. A stream claimed without the lock is
+// released without it too, unless someone waits (scheduler.cpp).
+extern std::atomic<int> g_host_waiters;
+
 // ---- called WITH sched_mu() held
+// Wait on cv_done() until pred() holds. Every host-side wait goes through
+// here: it registers the waiter before the first check of pred, so a
+// lock-free release either is seen by that check or sees the waiter.
+template <class Pred>
+void wait_done(std::unique_lock<std::mutex>& lk, Pred pred) {
+  g_host_waiters.fetch_add(1);
+  cv_done().wait(lk, pred);
+  g_host_waiters.fetch_sub(1);
+}
 // Append a marker or work item to the queue and wake a worker.
 void enqueue_locked(Stream* s, Item it);
 // Pop Record/Wait items at the head of `s` that can complete now; true if

@@ -4,7 +4,44 @@
 #include "sanitizer.h"
 #include "scheduler.h"
 
+#include <new>
+
 using namespace openreg;
+
+namespace {
+// Destroyed streams' objects, reused by the next creations instead of freed:
+// a synchronous launch racing with the destruction on another thread may
+// still read the object's flags before it notices (scheduler.cpp,
+// try_claim_idle), so its memory stays a Stream.
+std::mutex& spare_mu() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+std::vector<orStream_st*>& spare_streams() {
+  static auto* v = new std::vector<orStream_st*>();
+  return *v;
+}
+
+orStream_st* new_stream() {
+  {
+    std::lock_guard<std::mutex> g(spare_mu());
+    auto& v = spare_streams();
+    if (!v.empty()) {
+      orStream_st* s = v.back();
+      v.pop_back();
+      return s;
+    }
+  }
+  return new orStream_st();
+}
+
+void recycle_stream(orStream_st* s) {
+  s->~orStream_st();
+  new (s) orStream_st();  // a fresh, idle stream object
+  std::lock_guard<std::mutex> g(spare_mu());
+  spare_streams().push_back(s);
+}
+}  // namespace
 
 extern "C" {
 
@@ -23,7 +60,7 @@ orError_t orStreamCreateWithPriority(orStream_t* stream, unsigned int flags,
   // Like CUDA, out-of-range priorities are clamped.
   if (priority > least) priority = least;
   if (priority < greatest) priority = greatest;
-  auto* s = new orStream_st();
+  orStream_st* s = new_stream();
   s->device = dev->index;
   s->priority = priority;
   register_stream(*dev, s);
@@ -41,7 +78,7 @@ orError_t orStreamDestroy(orStream_t stream) {
     return fail(orErrorInvalidResourceHandle,
                 "orStreamDestroy: the default stream cannot be destroyed");
   unregister_stream(s);
-  delete static_cast<orStream_st*>(s);
+  recycle_stream(static_cast<orStream_st*>(s));
   return orSuccess;
 }
 
@@ -116,7 +153,7 @@ orError_t orDeviceSynchronize(void) {
   Device* dev = get_device(current_device_index(), "orDeviceSynchronize");
   if (!dev) return orPeekAtLastError();
   std::unique_lock<std::mutex> lk(sched_mu());
-  cv_done().wait(lk, [&] {
+  wait_done(lk, [&] {
     for (Stream* s : dev->streams) {
       drain_markers(s);
       if (!s->idle()) return false;

@@ -98,6 +98,26 @@ orError_t fill_kernel(void* p) {
 }
 orError_t failing_kernel(void*) { return orErrorLaunchFailure; }
 
+// stress_stream: many host threads launching on one stream. The kernel
+// counts with a plain (racy) read-modify-write and detects overlap, so two
+// kernels running on one stream at once show up as lost counts or overlaps.
+struct StressState {
+  std::atomic<int> inside{0};
+  std::atomic<long> overlaps{0};
+  long count = 0;
+};
+
+orError_t stress_kernel(void* p) {
+  auto* st = static_cast<StressState*>(p);
+  if (st->inside.fetch_add(1) != 0) st->overlaps.fetch_add(1);
+  long v = st->count;
+  for (volatile int i = 0; i < 50; ++i) {
+  }
+  st->count = v + 1;
+  st->inside.fetch_sub(1);
+  return orSuccess;
+}
+
 // A kernel that records the thread it ran on, then blocks on a gate.
 struct GateKernelArgs {
   std::shared_ptr<Gate> gate;
@@ -531,6 +551,37 @@ class OpenRegError(RuntimeError):
     }
     check(e);
   }, py::arg("stream"), py::arg("sync") = false);
+  // `threads` host threads each launch `iters` kernels on stream `s`: mostly
+  // synchronous (the lock-free claim), every 7th a default launch (inline or
+  // queued for a worker), with stream synchronisations, and thread 0 also
+  // records and waits on an event. Returns (count, overlaps, failed calls).
+  m.def("stress_stream", [](uintptr_t s, int threads, int iters) {
+    StressState st;
+    std::atomic<long> failed{0};
+    {
+      py::gil_scoped_release nogil;
+      orEvent_t ev = nullptr;
+      if (orEventCreate(&ev) != orSuccess) failed++;
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t) {
+        ts.emplace_back([&, t] {
+          for (int i = 0; i < iters; ++i) {
+            unsigned flags = (i % 7 == 3) ? orLaunchDefault : orLaunchSynchronous;
+            if (orLaunchKernel(S(s), stress_kernel, &st, "stress", flags) != orSuccess) failed++;
+            if (i % 50 == 49 && orStreamSynchronize(S(s)) != orSuccess) failed++;
+            if (t == 0 && ev && i % 10 == 5) {
+              if (orEventRecord(ev, S(s)) != orSuccess) failed++;
+              if (orEventSynchronize(ev) != orSuccess) failed++;
+            }
+          }
+        });
+      }
+      for (auto& th : ts) th.join();
+      if (orStreamSynchronize(S(s)) != orSuccess) failed++;
+      if (ev) orEventDestroy(ev);
+    }
+    return py::make_tuple(st.count, st.overlaps.load(), failed.load());
+  }, py::arg("stream"), py::arg("threads"), py::arg("iters"));
 
   // tracing
   py::class_<TraceRecorder, std::shared_ptr<TraceRecorder>>(m, "TraceRecorder")

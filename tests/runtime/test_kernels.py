@@ -212,3 +212,70 @@ class TestLaunchMayDefer:
             rt.launch_defer_kernel(stream, g, defer=False,
                                    flags=rt.LaunchMayDefer | getattr(rt, other))
         assert "orLaunchMayDefer" in str(ei.value)
+
+
+# ---------------------------------------------------------------- lock-free claim
+@pytest.mark.runtime
+class TestLockFreeClaim:
+    """A synchronous launch claims an idle stream it has used before without the
+    scheduler lock. Streams must still run one item at a time, in order, and host
+    waiters must still be woken."""
+
+    @pytest.mark.parametrize("threads", [1, 4])
+    def test_many_threads_on_one_stream_run_one_kernel_at_a_time(self, stream, threads):
+        iters = 3000
+        count, overlaps, failed = call_with_timeout(rt.stress_stream, stream, threads, iters,
+                                                    timeout=60)
+        assert (count, overlaps, failed) == (threads * iters, 0, 0)
+
+    def test_default_stream_under_contention(self):
+        count, overlaps, failed = call_with_timeout(rt.stress_stream, 0, 4, 2000, timeout=60)
+        assert (count, overlaps, failed) == (8000, 0, 0)
+
+    def test_stream_synchronize_waits_for_a_lock_free_launch(self, stream):
+        n = 16 * (1 << 20)  # 64 MiB of int32: tens of milliseconds
+        p = rt.malloc(4 * n)
+        try:
+            done = threading.Event()
+
+            def launch():
+                rt.launch_fill_i32(stream, p, 16, 1, True)  # this thread now knows the stream
+                rt.launch_fill_i32(stream, p, n, 7, True)
+                done.set()
+
+            t = threading.Thread(target=launch, daemon=True)
+            t.start()
+            assert wait_until(lambda: done.is_set() or rt.stream_query(stream) is False)
+            sync_stream(stream)
+            # The synchronize returned after the kernel: its last bytes are written.
+            tail = (ctypes.c_int32 * 4).from_buffer_copy(d2h(p + 4 * (n - 4), 16))
+            assert list(tail) == [7] * 4
+            t.join(20)
+        finally:
+            rt.free(p)
+
+    def test_launch_on_a_destroyed_stream_fails_even_after_fast_launches(self, dev_block):
+        s = rt.stream_create(0)
+        for _ in range(3):
+            rt.launch_fill_i32(s, dev_block, 4, 1, True)
+        call_with_timeout(rt.stream_destroy, s)
+        with pytest.raises(rt.OpenRegError) as ei:
+            rt.launch_fill_i32(s, dev_block, 4, 2, True)
+        assert ei.value.name == "orErrorInvalidResourceHandle"
+        assert "not a live stream" in str(ei.value)
+        assert (ctypes.c_int32 * 4).from_buffer_copy(d2h(dev_block, 16))[:] == [1] * 4
+
+    def test_destroyed_streams_are_reused_as_new_streams(self, dev_block):
+        # Stream objects are recycled, never freed: a new stream may get the old
+        # handle, and it starts idle, with a new id.
+        s = rt.stream_create(0)
+        rt.launch_fill_i32(s, dev_block, 4, 1, True)
+        old_id = rt.stream_id(s)
+        call_with_timeout(rt.stream_destroy, s)
+        s2 = rt.stream_create(0)
+        try:
+            assert rt.stream_query(s2) is True and rt.stream_id(s2) != old_id
+            rt.launch_fill_i32(s2, dev_block, 4, 3, True)
+            assert (ctypes.c_int32 * 4).from_buffer_copy(d2h(dev_block, 16))[:] == [3] * 4
+        finally:
+            call_with_timeout(rt.stream_destroy, s2)
