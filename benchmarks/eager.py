@@ -1,6 +1,6 @@
 """Eager-mode speed of openreg relative to the CPU, measured side by side.
 
-    python benchmarks/eager.py              # both strict-memory modes (one subprocess each, ~5 min)
+    python benchmarks/eager.py              # both strict-memory modes (one subprocess each, ~4 min)
     python benchmarks/eager.py --strict 1   # one mode, in this process
     python benchmarks/eager.py --json after.json --before benchmarks/results/eager_before.json \
         --plot docs/images/eager_ratios.png   # save the figures, plot them against an earlier run
