@@ -236,15 +236,21 @@ class TestLockFreeClaim:
         n = 16 * (1 << 20)  # 64 MiB of int32: tens of milliseconds
         p = rt.malloc(4 * n)
         try:
-            done = threading.Event()
+            known, go, done = threading.Event(), threading.Event(), threading.Event()
 
             def launch():
                 rt.launch_fill_i32(stream, p, 16, 1, True)  # this thread now knows the stream
-                rt.launch_fill_i32(stream, p, n, 7, True)
+                known.set()
+                go.wait(20)
+                rt.launch_fill_i32(stream, p, n, 7, True)  # claimed without the lock
                 done.set()
 
             t = threading.Thread(target=launch, daemon=True)
             t.start()
+            # Only after the first launch has returned: the stream can then be busy
+            # only with the large kernel.
+            assert known.wait(20)
+            go.set()
             assert wait_until(lambda: done.is_set() or rt.stream_query(stream) is False)
             sync_stream(stream)
             # The synchronize returned after the kernel: its last bytes are written.
