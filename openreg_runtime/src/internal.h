@@ -157,6 +157,11 @@ struct Stream {
   std::string error_message;
 
   bool idle() const { return queue.empty() && !running.load(); }  // lock held
+  // Mark the stream running if it was not: the one way to claim it.
+  bool try_claim() {
+    bool was_running = false;
+    return running.compare_exchange_strong(was_running, true);
+  }
 };
 
 struct EventState {

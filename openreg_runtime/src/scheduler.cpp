@@ -189,8 +189,7 @@ void worker_loop(Device* dev) {
     // A lock-free claim (a synchronous launch) may have taken the stream
     // since the scan; it will see the queued item when it releases the
     // stream, and wake a worker.
-    bool idle = false;
-    if (!best->running.compare_exchange_strong(idle, true)) continue;
+    if (!best->try_claim()) continue;
     Item it = std::move(best->queue.front());
     best->queue.pop_front();
     queue_changed(best);
@@ -340,15 +339,11 @@ void release_claim(Stream* s) {
 // Wait until `s` is idle and claim it (sched_mu() held by `lk`). The claim is
 // a compare-and-swap: a lock-free claim may take the stream in between.
 void claim_locked(std::unique_lock<std::mutex>& lk, Stream* s) {
-  for (;;) {
+  do {
     wait_idle_locked(lk, s);
-    bool idle = false;
-    if (s->running.compare_exchange_strong(idle, true)) return;
-  }
+  } while (!s->try_claim());
 }
-}  // namespace
 
-namespace {
 // One worker per new item: every worker of a device can run any of its
 // streams, and a worker rescans before it sleeps, so none is left behind.
 void wake_a_worker(Stream* s) {
@@ -367,8 +362,7 @@ void enqueue_locked(Stream* s, Item it) {
 
 void submit(Stream* s, Item it, bool inline_ok) {
   std::unique_lock<std::mutex> lk(sched_mu());
-  bool idle = false;
-  if (!(inline_ok && s->queue.empty() && s->running.compare_exchange_strong(idle, true))) {
+  if (!(inline_ok && s->queue.empty() && s->try_claim())) {
     it.may_defer = false;  // only an inline run may give up
     enqueue_locked(s, std::move(it));
     return;
@@ -416,9 +410,7 @@ bool try_claim_idle(Stream* s) {
   const uint64_t epoch = t_live_stream_epoch;
   if (s != t_live_stream || epoch != g_stream_destructions.load() || in_forked_child())
     return false;
-  if (s->queued.load() != 0) return false;
-  bool idle = false;
-  if (!s->running.compare_exchange_strong(idle, true)) return false;
+  if (s->queued.load() != 0 || !s->try_claim()) return false;
   if (s->queued.load() == 0 && epoch == g_stream_destructions.load()) return true;
   release_claim(s);
   return false;
