@@ -14,14 +14,12 @@
 //     run with ATen's CPU operators in place on device memory (zero-copy
 //     aliases, KernelView.h) on the device's current stream.
 //
-// Dropout: the forward draws one 64-bit seed from the device's openreg
-// generator (so torch.openreg.manual_seed makes it reproducible), seeds a
-// private CPU engine with it and draws the keep-mask from that engine. The
-// seed travels to the backward in the op's `philox_seed` output (a CPU int64
-// scalar, as CUDA's flash attention keeps its seed outside graph capture);
-// the backward re-seeds an engine with it and regenerates the identical mask.
-// `philox_offset` is always 0: each call has an engine of its own, so there
-// is no stream position to record.
+// Dropout: the forward takes (seed, offset) from the device's Philox
+// generator for as many positions as the mask has elements (B * H * L * S),
+// and the mask is the bernoulli draw at those positions (the rule of
+// Random.cpp). Both travel to the backward in the op's `philox_seed` and
+// `philox_offset` outputs (CPU int64 scalars, as CUDA's flash attention keeps
+// them outside graph capture); the backward regenerates the identical mask.
 //
 // Vendor: replace the bodies of attention_forward_kernel and
 // attention_backward_kernel with your fused kernels; keep the checks, the
@@ -33,7 +31,6 @@
 
 #include "../runtime/OpenRegGenerator.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
@@ -280,7 +277,7 @@ struct ForwardResult {
 ForwardResult attention_forward_kernel(const at::Tensor& q, const at::Tensor& k,
                                        const at::Tensor& v, const at::Tensor& bias,
                                        double dropout_p, bool is_causal, double scale,
-                                       std::optional<uint64_t> seed, bool return_debug,
+                                       std::optional<DropoutRng> seed, bool return_debug,
                                        const KeepMaskCache::Key& cache_key) {
   const auto cdt = at::toOpMathType(q.scalar_type());  // bf16/fp16 compute in fp32
   const int64_t groups = q.size(-3) / k.size(-3);
@@ -308,7 +305,7 @@ BackwardResult attention_backward_kernel(const at::Tensor& dout, const at::Tenso
                                          const at::Tensor& k, const at::Tensor& v,
                                          const at::Tensor& bias, double dropout_p,
                                          bool is_causal, double scale,
-                                         std::optional<uint64_t> seed,
+                                         std::optional<DropoutRng> seed,
                                          std::array<bool, 4> need,
                                          const KeepMaskCache::Key& cache_key) {
   // logsumexp is float32 by the op's contract, too coarse to rebuild float64
@@ -392,12 +389,10 @@ bool use_cpu_flash(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 
 // ------------------------------------------------------------ the operators
 
-// Draws the per-call dropout seed from the device's generator.
-uint64_t draw_dropout_seed(c10::DeviceIndex device) {
-  const at::Generator& gen = getDefaultOpenRegGenerator(device);
-  at::Generator cpu = cpuGeneratorFor(gen);
-  std::lock_guard<std::mutex> lock(cpu.mutex());
-  return cpu.get<at::CPUGeneratorImpl>()->random64();
+// Takes the mask's place in the device generator's stream: `n` positions.
+DropoutRng draw_dropout_rng(c10::DeviceIndex device, uint64_t n) {
+  const auto [seed, offset] = unpack(takePhiloxState(std::nullopt, device, n));
+  return {seed, offset};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt,
@@ -414,16 +409,20 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
   const double sc = softmax_scale(scale, s.E);
 
   // [docs:sdpa-seed]
-  std::optional<uint64_t> seed;
-  if (dropout_p > 0.0) seed = draw_dropout_seed(device);
+  std::optional<DropoutRng> seed;
+  if (dropout_p > 0.0) {
+    seed = draw_dropout_rng(device, static_cast<uint64_t>(s.B * s.Hq * s.L * s.S));
+  }
   // CPU scalars made before the launch: host memory, readable by the backward
   // without a device synchronisation.
-  at::Tensor philox_seed = at::scalar_tensor(static_cast<int64_t>(seed.value_or(0)),
+  const DropoutRng rng = seed.value_or(DropoutRng{});
+  at::Tensor philox_seed = at::scalar_tensor(static_cast<int64_t>(rng.seed),
                                              at::TensorOptions().dtype(at::kLong));
-  at::Tensor philox_offset = at::zeros({}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor philox_offset = at::scalar_tensor(static_cast<int64_t>(rng.offset),
+                                               at::TensorOptions().dtype(at::kLong));
   // [docs:sdpa-seed:end]
 
-  const auto cache_key = KeepMaskCache::key(seed.value_or(0), query, key, value, bias);
+  const auto cache_key = KeepMaskCache::key(rng, query, key, value, bias);
   AliasSet set(device);
   at::Tensor q = set.alias(query), k = set.alias(key), v = set.alias(value);
   at::Tensor b = set.alias(bias);
@@ -475,17 +474,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
   TORCH_CHECK(grad_out.device() == query.device(),
               "_scaled_dot_product_fused_attention_overrideable_backward: grad_out is on ",
               grad_out.device(), ", query on ", query.device());
-  std::optional<uint64_t> seed;
+  std::optional<DropoutRng> seed;
   if (dropout_p > 0.0) {
-    TORCH_CHECK(philox_seed.defined() && philox_seed.numel() == 1,
+    TORCH_CHECK(philox_seed.defined() && philox_seed.numel() == 1 && philox_offset.defined() &&
+                    philox_offset.numel() == 1,
                 "_scaled_dot_product_fused_attention_overrideable_backward: dropout_p > 0 "
-                "needs the philox_seed returned by the forward");
-    seed = static_cast<uint64_t>(philox_seed.cpu().item<int64_t>());
+                "needs the philox_seed and philox_offset returned by the forward");
+    seed = DropoutRng{static_cast<uint64_t>(philox_seed.cpu().item<int64_t>()),
+                      static_cast<uint64_t>(philox_offset.cpu().item<int64_t>())};
   }
   const auto device = query.device().index();
   const double sc = softmax_scale(scale, s.E);
 
-  const auto cache_key = KeepMaskCache::key(seed.value_or(0), query, key, value, attn_bias);
+  const auto cache_key = KeepMaskCache::key(seed.value_or(DropoutRng{}), query, key, value,
+                                            attn_bias);
   AliasSet set(device);
   at::Tensor g = set.alias(grad_out), q = set.alias(query), k = set.alias(key),
              v = set.alias(value), b = set.alias(attn_bias);

@@ -1,15 +1,24 @@
 #include "AttentionDropoutCache.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
+#include "Philox.h"
+
+#include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 
 namespace torch_openreg {
 
-at::Tensor keep_mask(const at::Tensor& like, double dropout_p, uint64_t seed) {
-  auto engine = at::make_generator<at::CPUGeneratorImpl>(seed);
+// Runs inside the attention kernel, on CPU aliases: the mask lands in device
+// memory (KernelScope).
+at::Tensor keep_mask(const at::Tensor& like, double dropout_p, DropoutRng rng) {
   auto keep = at::empty(like.sizes(), like.options().dtype(at::kBool));
-  keep.bernoulli_(1.0 - dropout_p, engine);
+  bool* data = keep.data_ptr<bool>();
+  const int64_t n = keep.numel();
+  const double p1m = 1.0 - dropout_p;
+  at::parallel_for(0, (n + 3) / 4, 1 << 12, [&](int64_t g0, int64_t g1) {
+    philox::for_groups<1>(rng.seed, rng.offset, n, g0, g1, [&](int64_t i, const uint32_t (&w)[1]) {
+      data[i] = double(w[0]) * (1.0 / 4294967296.0) < p1m;
+    });
+  });
   return keep;
 }
 

@@ -13,9 +13,17 @@
 
 namespace torch_openreg {
 
-// The dropout keep-mask for `seed`: identical in forward and backward because
-// it depends only on the seed and the (fixed, contiguous) shape.
-at::Tensor keep_mask(const at::Tensor& like, double dropout_p, uint64_t seed);
+// Where a dropout forward's mask sits in the openreg generator's stream: the
+// op's philox_seed and philox_offset outputs, as on CUDA.
+struct DropoutRng {
+  uint64_t seed = 0, offset = 0;
+};
+
+// The dropout keep-mask at `rng`: element i of the (contiguous) mask is
+// kept when Philox position rng.offset + i draws below 1 - dropout_p (the
+// bernoulli rule of Random.cpp). Identical in forward and backward because
+// it depends only on (seed, offset) and the fixed shape.
+at::Tensor keep_mask(const at::Tensor& like, double dropout_p, DropoutRng rng);
 
 // What a dropout forward computed, by seed, until its backward takes it: the
 // keep-mask (a bernoulli draw per weight, the costliest step) and the softmax
@@ -25,8 +33,8 @@ at::Tensor keep_mask(const at::Tensor& like, double dropout_p, uint64_t seed);
 // forward without backward) is recomputed from the seed with identical
 // results. The tensors stay in device memory (the kernel allocated them);
 // the cache is bounded so that forwards without backwards cannot hoard it.
-// Vendor: a real fused kernel regenerates its mask from Philox seed/offset;
-// this cache is the simulation's shortcut for an expensive host RNG.
+// Vendor: a real fused kernel regenerates its mask from Philox seed/offset
+// inside the kernel; this cache is the simulation's shortcut.
 class KeepMaskCache {
  public:
   struct Entry {
@@ -40,16 +48,16 @@ class KeepMaskCache {
   // in-place update, and autograd guarantees the backward sees the versions
   // its forward saw.
   struct Key {
-    uint64_t seed;
+    uint64_t seed, offset;
     std::array<const void*, 4> data;
     std::array<uint32_t, 4> version;
     bool operator==(const Key& o) const {
-      return seed == o.seed && data == o.data && version == o.version;
+      return seed == o.seed && offset == o.offset && data == o.data && version == o.version;
     }
   };
-  static Key key(uint64_t seed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+  static Key key(DropoutRng rng, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                  const at::Tensor& bias) {
-    Key r{seed, {}, {}};
+    Key r{rng.seed, rng.offset, {}, {}};
     const at::Tensor* ts[4] = {&q, &k, &v, &bias};
     for (int i = 0; i < 4; ++i) {
       if (ts[i]->defined()) {

@@ -5,12 +5,17 @@
 // replaced by CPU aliases of their kernel view (KernelView.h), results the
 // CPU kernel allocates already live in device memory, views of inputs come
 // back as views of the openreg inputs, and mutated arguments get their new
-// metadata. Random operators get the openreg generator (explicit or the
-// device default) instead of the CPU's, and `device=` arguments are mapped.
+// metadata. Random operators without an openreg kernel of their own draw
+// from the openreg generator through a CPU engine seeded from it (see
+// bridge_generator), and `device=` arguments are mapped.
 #include "DeviceCheck.h"
 #include "KernelView.h"
 
+#include "Philox.h"
+
 #include "../runtime/OpenRegGenerator.h"
+
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
@@ -78,6 +83,46 @@ c10::IValue unwrap_value(AliasSet& aliases, c10::IValue v) {
   }
   return v;
 }
+
+// [docs:rng-bridge]
+// The random operators that have no openreg kernel (poisson, binomial,
+// _standard_gamma, _sample_dirichlet, rrelu_with_noise: CPU kernels written
+// against the CPU's engine) still draw from the openreg generator: the call
+// takes its (seed, base offset) from it like any random kernel, consuming
+// as many positions as its largest tensor argument has elements, and runs
+// the CPU kernel with a fresh CPU engine seeded by the first two words of
+// position `base`. Reproducible under manual_seed and get/set_rng_state, and
+// the stream moves on; but unlike the Philox kernels, a part of such a
+// tensor is not the same part of the whole (no split property).
+at::Generator bridge_generator(const std::optional<at::Generator>& gen, c10::DeviceIndex device,
+                               uint64_t n, const c10::FunctionSchema& schema) {
+  OpenRegGeneratorImpl* g = openregGeneratorOrDefault(gen, device);
+  PhiloxState st;
+  {
+    std::lock_guard<std::mutex> lock(g->mutex_);
+    TORCH_CHECK(!g->capturing(), "The operator '", schema.operator_name(),
+                "' cannot be captured in a graph on openreg: it runs a CPU kernel that "
+                "draws from a host engine seeded when it is enqueued");
+    st = g->philox_state(std::max<uint64_t>(n, 1));
+  }
+  const auto [seed, base] = unpack(st);
+  const uint64_t s = philox::u64(philox::word(seed, base, 0), philox::word(seed, base, 1));
+  return at::make_generator<at::CPUGeneratorImpl>(s);
+}
+
+uint64_t max_numel(const torch::jit::Stack& stack, size_t begin, size_t end) {
+  uint64_t n = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      n = std::max<uint64_t>(n, v.toTensor().numel());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) n = std::max<uint64_t>(n, t.numel());
+    }
+  }
+  return n;
+}
+// [docs:rng-bridge:end]
 
 // A CPU kernel can turn dense inputs into a tensor kind openreg cannot hold
 // (to_sparse, quantize_per_tensor). Refuse the result by operator name,
@@ -162,6 +207,7 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   // (openreg tensor, its alias) for arguments the operator may write; the
   // tensor is borrowed from `originals`.
   c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> writes;
+  std::optional<size_t> generator_arg;
 
   for (size_t i = 0; i < n; ++i) {
     c10::IValue& v = (*stack)[begin + i];
@@ -194,14 +240,18 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
         out.push_back(e.isTensor() ? c10::IValue(aliases.alias(e.toTensor())) : e);
       }
       v = std::move(out);
-    } else if (v.isGenerator()) {
-      v = cpuGeneratorFor(v.toGenerator());
-    } else if (v.isNone() && is_optional_generator(args[i])) {
-      // No explicit generator: the device's default one, not the CPU's.
-      v = cpuGeneratorFor(getDefaultOpenRegGenerator(device));
+    } else if (v.isGenerator() || (v.isNone() && is_optional_generator(args[i]))) {
+      generator_arg = i;  // replaced below, once every tensor is known
     } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
       v = c10::Device(c10::DeviceType::CPU);
     }
+  }
+
+  if (generator_arg) {
+    c10::IValue& g = (*stack)[begin + *generator_arg];
+    std::optional<at::Generator> gen;
+    if (g.isGenerator()) gen = g.toGenerator();
+    g = bridge_generator(gen, device, max_numel(*stack, begin, stack->size()), schema);
   }
 
   // [docs:fallback-run]

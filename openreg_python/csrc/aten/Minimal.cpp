@@ -242,7 +242,8 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
 
 // native_dropout's CPU kernel draws from the CPU default generator; on
 // openreg the mask must come from the openreg generator, so compose it from
-// bernoulli_ (which the fallback feeds the device's generator).
+// bernoulli_ (openreg's Philox kernel, Random.cpp): the mask of an n-element
+// input is n positions of the device's stream, as any bernoulli draw.
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
                                                   std::optional<bool> train) {
   auto bool_opts = input.options().dtype(at::kBool);

@@ -1,4 +1,10 @@
-"""Random number generation for openreg, modelled on ``torch.cuda.random``."""
+"""Random number generation for openreg, modelled on ``torch.cuda.random``.
+
+Each device's default generator is a counter-based Philox4x32-10 generator
+with CUDA's state: ``get_rng_state()`` is 16 bytes, a uint64 seed and an
+int64 offset (little-endian), and the offset says how many stream positions
+random operators have consumed (docs/rng.md has the rule).
+"""
 
 from typing import Any, Iterable, List
 
@@ -15,7 +21,8 @@ def _generator(device: Any = None) -> torch.Generator:
 
 
 def get_rng_state(device: Any = "openreg") -> torch.Tensor:
-    """State of ``device``'s default generator, as a CPU ByteTensor."""
+    """State of ``device``'s default generator: a 16-byte CPU ByteTensor,
+    the seed (uint64) then the Philox offset (int64), as on CUDA."""
     return _generator(device).get_state()
 
 
@@ -26,8 +33,13 @@ def get_rng_state_all() -> List[torch.Tensor]:
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "openreg") -> None:
-    """Restore ``device``'s default generator from ``get_rng_state()``."""
-    _generator(device).set_state(new_state.clone(memory_format=torch.contiguous_format))
+    """Restore ``device``'s default generator from ``get_rng_state()`` bytes
+    (16, or 8 for a seed alone with offset 0; the offset a multiple of 4).
+
+    The bytes are read directly, with no tensor operation (as CUDA's
+    initialised path does), so this works under FakeTensorMode and
+    DTensor's LocalTensor mode."""
+    _generator(device).set_state(new_state)
 
 
 def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:

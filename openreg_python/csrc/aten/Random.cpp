@@ -1,0 +1,492 @@
+// Random operators on openreg: every distribution draws from the device's
+// Philox generator, following the stream rule of Philox.h.
+//
+// The argument checks are ATen's own (native/DistributionTemplates.h, the
+// templates CUDA's kernels plug into), so errors match the CPU's and CUDA's;
+// only the kernels are openreg's. Each kernel takes its (seed, base offset)
+// from the generator on the host when it is enqueued, then computes element
+// i from stream position base + i, in parallel, on the device's stream.
+//
+// Words per element (the j of Philox.h; each is one Philox block per four
+// elements):
+//   uniform_, bernoulli, random_ (range < 2^32)       1 word
+//   uniform_ (double), random_ (full / 64-bit range)  2 words (one uint64)
+//   exponential_, geometric_, cauchy_                 1 word, 2 for double
+//   normal_, log_normal_ (Box-Muller, cosine branch)  2 words, 4 for double
+//   multinomial (with replacement)                    2 words per sample
+//   randperm                                          2 words per key
+// Every operator advances the offset by the number of elements (samples,
+// keys) it fills, rounded up to 4.
+//
+// Vendor: these are your device's RNG kernels; keep the registration and
+// the generator handling, and compute the same positions from Philox.
+#include "DeviceCheck.h"
+#include "KernelView.h"
+#include "Philox.h"
+
+#include "../runtime/OpenRegGenerator.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/Dispatch_v2.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/TransformationHelper.h>
+#include <ATen/native/DistributionTemplates.h>
+#include <ATen/native/TensorFactories.h>
+#include <ATen/native/UnaryOps.h>
+#include <c10/util/MathConstants.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/multinomial_native.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace torch_openreg {
+namespace {
+
+// Elements per parallel task: Philox blocks are cheap but not free.
+constexpr int64_t kGrain = 1 << 14;
+
+// [docs:rng-fill]
+// Fills `self` (an openreg tensor) with f(i, words), where words are the J
+// Philox words of stream position base + i and i runs over self's elements
+// in row-major order. A non-contiguous `self` is filled through a
+// contiguous temporary so that positions follow the logical order.
+template <typename scalar_t, int J, typename F>
+void philox_fill(const at::Tensor& self, const PhiloxState& rng, const char* name, F f) {
+  const c10::DeviceIndex device = self.device().index();
+  const int64_t n = self.numel();
+  AliasSet set(device);
+  at::Tensor a = set.alias(self, /*write=*/true);
+  launch_kernel(device, name, [&] {
+    const auto [seed, base] = unpack(rng);  // read when the kernel runs
+    TORCH_INTERNAL_ASSERT(base % 4 == 0, "Philox base offset ", base, " is not a multiple of 4");
+    const bool direct = a.is_contiguous();
+    at::Tensor out = direct ? a : at::empty(a.sizes(), a.options());
+    scalar_t* data = out.data_ptr<scalar_t>();
+    const int64_t groups = (n + 3) / 4;
+    at::parallel_for(0, groups, kGrain / 4, [&](int64_t g0, int64_t g1) {
+      philox::for_groups<J>(seed, base, n, g0, g1,
+                            [&](int64_t i, const uint32_t (&w)[J]) { data[i] = f(i, w); });
+    });
+    if (!direct) a.copy_(out);
+  });
+}
+
+// The generator inputs for filling `self`, taken on the host now.
+PhiloxState take(const at::TensorBase& self, const std::optional<at::Generator>& gen) {
+  return takePhiloxState(gen, self.device().index(), static_cast<uint64_t>(self.numel()));
+}
+// [docs:rng-fill:end]
+
+at::Tensor as_tensor(const at::TensorBase& t) { return at::Tensor(t); }
+
+// Uniform in [0, 1) with the dtype's accumulation precision.
+template <typename scalar_t>
+inline at::dist_acctype<scalar_t> unit(const uint32_t* w) {
+  if constexpr (std::is_same_v<scalar_t, double>) {
+    return philox::to_unit_double(philox::u64(w[0], w[1]));
+  } else {
+    return philox::to_unit_float(w[0]);
+  }
+}
+template <typename scalar_t>
+constexpr int unit_words() {
+  return std::is_same_v<scalar_t, double> ? 2 : 1;
+}
+
+// A standard normal from 2 (4 for double) words: Box-Muller, cosine branch.
+template <typename scalar_t>
+inline at::dist_acctype<scalar_t> std_normal(const uint32_t* w) {
+  using acc = at::dist_acctype<scalar_t>;
+  const acc u1 = acc(1) - unit<scalar_t>(w);                      // (0, 1]: log is finite
+  const acc u2 = unit<scalar_t>(w + unit_words<scalar_t>());
+  return std::sqrt(acc(-2) * std::log(u1)) * std::cos(acc(2) * c10::pi<acc> * u2);
+}
+
+// ---------------------------------------------------------------- kernels
+// Functors for ATen's distribution templates (RNG is unused: the generator
+// type is always OpenRegGeneratorImpl).
+
+template <typename RNG>
+struct UniformKernel {
+  void operator()(at::TensorIteratorBase& iter, double from, double to,
+                  std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(iter.tensor_base(0));
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "uniform_openreg", [&] {
+      const auto f = static_cast<scalar_t>(from), t = static_cast<scalar_t>(to);
+      constexpr int J = unit_words<scalar_t>();
+      philox_fill<scalar_t, J>(self, take(self, gen), "aten::uniform_",
+                               [=](int64_t, const uint32_t (&w)[J]) {
+        if constexpr (J == 2) {
+          return static_cast<scalar_t>(at::transformation::uniform_real<scalar_t>(philox::u64(w[0], w[1]), f, t));
+        } else {
+          return static_cast<scalar_t>(at::transformation::uniform_real<scalar_t>(w[0], f, t));
+        }
+      });
+    });
+  }
+};
+
+template <typename RNG>
+struct NormalKernel {
+  void operator()(const at::TensorBase& base, double mean, double std,
+                  std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(base);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "normal_openreg", [&] {
+      using acc = at::dist_acctype<scalar_t>;
+      const acc m = static_cast<acc>(mean), s = static_cast<acc>(std);
+      constexpr int J = 2 * unit_words<scalar_t>();
+      philox_fill<scalar_t, J>(self, take(self, gen), "aten::normal_",
+                               [=](int64_t, const uint32_t (&w)[J]) {
+        return static_cast<scalar_t>(std_normal<scalar_t>(w) * s + m);
+      });
+    });
+  }
+};
+
+template <typename RNG>
+struct LogNormalKernel {
+  void operator()(at::TensorIteratorBase& iter, double mean, double std,
+                  std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(iter.tensor_base(0));
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "log_normal_openreg", [&] {
+      using acc = at::dist_acctype<scalar_t>;
+      const acc m = static_cast<acc>(mean), s = static_cast<acc>(std);
+      constexpr int J = 2 * unit_words<scalar_t>();
+      philox_fill<scalar_t, J>(self, take(self, gen), "aten::log_normal_",
+                               [=](int64_t, const uint32_t (&w)[J]) {
+        return static_cast<scalar_t>(std::exp(std_normal<scalar_t>(w) * s + m));
+      });
+    });
+  }
+};
+
+template <typename RNG>
+struct ExponentialKernel {
+  void operator()(at::TensorIteratorBase& iter, double lambda, std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(iter.tensor_base(0));
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "exponential_openreg", [&] {
+      using acc = at::dist_acctype<scalar_t>;
+      const acc l = static_cast<acc>(lambda);
+      constexpr int J = unit_words<scalar_t>();
+      philox_fill<scalar_t, J>(self, take(self, gen), "aten::exponential_",
+                               [=](int64_t, const uint32_t (&w)[J]) {
+        return static_cast<scalar_t>(at::transformation::exponential<acc>(unit<scalar_t>(w), l));
+      });
+    });
+  }
+};
+
+template <typename RNG>
+struct GeometricKernel {
+  void operator()(at::TensorIteratorBase& iter, double p, std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(iter.tensor_base(0));
+    AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "geometric_openreg", [&] {
+      using real = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+      const real pp = static_cast<real>(p);
+      constexpr int J = std::is_same_v<scalar_t, double> ? 2 : 1;
+      philox_fill<scalar_t, J>(self, take(self, gen), "aten::geometric_",
+                               [=](int64_t, const uint32_t (&w)[J]) {
+        real u;  // (0, 1], as curand_uniform: log(u) is finite
+        if constexpr (J == 2) {
+          u = real(1) - static_cast<real>(philox::to_unit_double(philox::u64(w[0], w[1])));
+        } else {
+          u = real(1) - philox::to_unit_float(w[0]);
+        }
+        return static_cast<scalar_t>(at::transformation::geometric<real>(u, pp));
+      });
+    });
+  }
+};
+
+template <typename RNG>
+struct CauchyKernel {
+  void operator()(at::TensorIteratorBase& iter, double median, double sigma,
+                  std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(iter.tensor_base(0));
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "cauchy_openreg", [&] {
+      using acc = at::dist_acctype<scalar_t>;
+      const acc m = static_cast<acc>(median), s = static_cast<acc>(sigma);
+      constexpr int J = unit_words<scalar_t>();
+      philox_fill<scalar_t, J>(self, take(self, gen), "aten::cauchy_",
+                               [=](int64_t, const uint32_t (&w)[J]) {
+        return static_cast<scalar_t>(at::transformation::cauchy<acc>(unit<scalar_t>(w), m, s));
+      });
+    });
+  }
+};
+
+// random_(): the dtype's whole non-negative range ([0, 2^digits] for floats).
+template <typename RNG>
+struct RandomKernel {
+  void operator()(at::TensorIteratorBase& iter, std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(iter.tensor_base(0));
+    AT_DISPATCH_V2(self.scalar_type(), "random_openreg", AT_WRAP([&] {
+      philox_fill<scalar_t, 2>(self, take(self, gen), "aten::random_",
+                               [](int64_t, const uint32_t (&w)[2]) {
+        return at::transformation::uniform_int<scalar_t>(philox::u64(w[0], w[1]));
+      });
+    }), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16,
+        AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
+  }
+};
+
+template <typename RNG>
+struct RandomFromToKernel {
+  // [base, base + range)
+  void operator()(at::TensorIteratorBase& iter, uint64_t range, int64_t base,
+                  std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(iter.tensor_base(0));
+    AT_DISPATCH_V2(self.scalar_type(), "random_from_to_openreg", AT_WRAP([&] {
+      if (range >= (uint64_t(1) << 32)) {
+        philox_fill<scalar_t, 2>(self, take(self, gen), "aten::random_",
+                                 [=](int64_t, const uint32_t (&w)[2]) {
+          return at::transformation::uniform_int_from_to<scalar_t>(philox::u64(w[0], w[1]), range, base);
+        });
+      } else {
+        philox_fill<scalar_t, 1>(self, take(self, gen), "aten::random_",
+                                 [=](int64_t, const uint32_t (&w)[1]) {
+          return at::transformation::uniform_int_from_to<scalar_t>(w[0], range, base);
+        });
+      }
+    }), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16,
+        AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
+  }
+  // The full int64 range [-2^63, 2^63).
+  void operator()(at::TensorIteratorBase& iter, std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(iter.tensor_base(0));
+    const auto t = self.scalar_type();
+    TORCH_CHECK(t == at::kLong || t == at::kDouble || t == at::kFloat || t == at::kBFloat16,
+                "random_full_64_bits_range_kernel_openreg handles only int64, double, float and bfloat16");
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kLong, at::kBFloat16, t, "random_full_range_openreg", [&] {
+      philox_fill<scalar_t, 2>(self, take(self, gen), "aten::random_",
+                               [](int64_t, const uint32_t (&w)[2]) {
+        return at::transformation::uniform_int_full_range<scalar_t>(philox::u64(w[0], w[1]));
+      });
+    });
+  }
+};
+
+// bernoulli: u < p with u = word / 2^32.
+inline double unit32(uint32_t w) { return double(w) * (1.0 / 4294967296.0); }
+
+template <typename RNG>
+struct BernoulliScalarKernel {
+  void operator()(const at::TensorBase& base, double p, std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(base);
+    AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, self.scalar_type(), "bernoulli_scalar_openreg", [&] {
+      philox_fill<scalar_t, 1>(self, take(self, gen), "aten::bernoulli_",
+                               [=](int64_t, const uint32_t (&w)[1]) {
+        return static_cast<scalar_t>(unit32(w[0]) < p);
+      });
+    });
+  }
+};
+
+template <typename RNG>
+struct BernoulliTensorKernel {
+  void operator()(const at::TensorBase& base, const at::TensorBase& p_, std::optional<at::Generator> gen) {
+    at::Tensor self = as_tensor(base);
+    // p may be a CPU tensor, as on CUDA; it is read as double, in self's shape.
+    at::Tensor p = as_tensor(p_).to(self.device(), at::kDouble).expand(self.sizes()).contiguous();
+    const PhiloxState rng = take(self, gen);
+    AliasSet set(self.device().index());
+    at::Tensor pa = set.alias(p);
+    // The address only: the kernel reads it.
+    const double* pd = pa.const_data_ptr<double>();
+    AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, self.scalar_type(), "bernoulli_tensor_openreg", [&] {
+      philox_fill<scalar_t, 1>(self, rng, "aten::bernoulli_", [pd](int64_t i, const uint32_t (&w)[1]) {
+        const double pi = pd[i];
+        TORCH_CHECK(pi >= 0 && pi <= 1, "bernoulli_ expects all elements of p to be in [0, 1], got ", pi);
+        return static_cast<scalar_t>(unit32(w[0]) < pi);
+      });
+    });
+  }
+};
+
+// ---------------------------------------------------------------- operators
+
+at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
+  return at::native::templates::uniform_impl_<UniformKernel, OpenRegGeneratorImpl>(self, from, to, gen);
+}
+at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  return at::native::templates::normal_impl_<NormalKernel, OpenRegGeneratorImpl>(self, mean, std, gen);
+}
+at::Tensor normal_tf(const at::Tensor& mean, double std, std::optional<at::Generator> gen) {
+  return at::native::templates::normal_impl<NormalKernel, OpenRegGeneratorImpl>(mean, std, gen);
+}
+at::Tensor normal_ft(double mean, const at::Tensor& std, std::optional<at::Generator> gen) {
+  return at::native::templates::normal_impl<NormalKernel, OpenRegGeneratorImpl>(mean, std, gen);
+}
+at::Tensor normal_tt(const at::Tensor& mean, const at::Tensor& std, std::optional<at::Generator> gen) {
+  return at::native::templates::normal_impl<NormalKernel, OpenRegGeneratorImpl>(mean, std, gen);
+}
+at::Tensor& normal_tf_out(const at::Tensor& mean, double std, std::optional<at::Generator> gen, at::Tensor& out) {
+  return at::native::templates::normal_out_impl<NormalKernel, OpenRegGeneratorImpl>(out, mean, std, gen);
+}
+at::Tensor& normal_ft_out(double mean, const at::Tensor& std, std::optional<at::Generator> gen, at::Tensor& out) {
+  return at::native::templates::normal_out_impl<NormalKernel, OpenRegGeneratorImpl>(out, mean, std, gen);
+}
+at::Tensor& normal_tt_out(const at::Tensor& mean, const at::Tensor& std, std::optional<at::Generator> gen,
+                          at::Tensor& out) {
+  return at::native::templates::normal_out_impl<NormalKernel, OpenRegGeneratorImpl>(out, mean, std, gen);
+}
+at::Tensor& log_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  return at::native::templates::log_normal_impl_<LogNormalKernel, OpenRegGeneratorImpl>(self, mean, std, gen);
+}
+at::Tensor& exponential_(at::Tensor& self, double lambda, std::optional<at::Generator> gen) {
+  return at::native::templates::exponential_impl_<ExponentialKernel, OpenRegGeneratorImpl>(self, lambda, gen);
+}
+at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  return at::native::templates::geometric_impl_<GeometricKernel, OpenRegGeneratorImpl>(self, p, gen);
+}
+at::Tensor& cauchy_(at::Tensor& self, double median, double sigma, std::optional<at::Generator> gen) {
+  return at::native::templates::cauchy_impl_<CauchyKernel, OpenRegGeneratorImpl>(self, median, sigma, gen);
+}
+at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> gen) {
+  return at::native::templates::random_impl<RandomKernel, OpenRegGeneratorImpl>(self, gen);
+}
+at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
+                        std::optional<at::Generator> gen) {
+  return at::native::templates::random_from_to_impl<RandomFromToKernel, OpenRegGeneratorImpl>(self, from, to, gen);
+}
+at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
+  return random_from(self, 0, to, gen);
+}
+at::Tensor& bernoulli_tensor_(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
+  check_same_device("aten::bernoulli_", {{"self", self}, {"p", p}});
+  return at::native::templates::bernoulli_impl_<BernoulliTensorKernel, OpenRegGeneratorImpl>(self, p, gen);
+}
+at::Tensor& bernoulli_scalar_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  return at::native::templates::bernoulli_impl_<BernoulliScalarKernel, OpenRegGeneratorImpl>(self, p, gen);
+}
+at::Tensor& bernoulli_out(const at::Tensor& self, std::optional<at::Generator> gen, at::Tensor& out) {
+  check_same_device("aten::bernoulli.out", {{"self", self}, {"out", out}});
+  return at::native::templates::bernoulli_out_impl<BernoulliTensorKernel, OpenRegGeneratorImpl>(out, self, gen);
+}
+
+// multinomial: ATen's device-generic implementation (its no-replacement
+// path is exponential_ + topk, which run on openreg), with openreg's kernel
+// for sampling with replacement behind the stub below.
+at::Tensor multinomial(const at::Tensor& self, int64_t n, bool replacement,
+                       std::optional<at::Generator> gen) {
+  return at::native::multinomial(self, n, replacement, gen);
+}
+at::Tensor& multinomial_out(const at::Tensor& self, int64_t n, bool replacement,
+                            std::optional<at::Generator> gen, at::Tensor& out) {
+  check_same_device("aten::multinomial.out", {{"self", self}, {"out", out}});
+  return at::native::multinomial_out(self, n, replacement, gen, out);
+}
+
+// randperm: a 64-bit Philox key per position, then the positions sorted by
+// key (ties by position), as CUDA's randperm sorts random keys.
+at::Tensor& randperm_out(int64_t n, std::optional<at::Generator> gen, at::Tensor& result) {
+  TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
+  TORCH_CHECK(!gen.has_value() || !gen->defined() || result.device() == gen->device(),
+              "Expected a '", result.device(), "' generator device but found '", gen->device(), "'");
+  at::native::check_supported_max_int_with_precision(n, result);
+  result.resize_({n});
+  if (n == 0) return result;
+  const c10::DeviceIndex device = result.device().index();
+  const PhiloxState rng = takePhiloxState(gen, device, static_cast<uint64_t>(n));
+  AliasSet set(device);
+  at::Tensor a = set.alias(result, /*write=*/true);
+  launch_kernel(device, "aten::randperm", [&] {
+    const auto [seed, base] = unpack(rng);
+    std::vector<std::pair<uint64_t, int64_t>> keys(static_cast<size_t>(n));
+    at::parallel_for(0, (n + 3) / 4, kGrain / 4, [&](int64_t g0, int64_t g1) {
+      philox::for_groups<2>(seed, base, n, g0, g1, [&](int64_t i, const uint32_t (&w)[2]) {
+        keys[i] = {philox::u64(w[0], w[1]), i};
+      });
+    });
+    std::sort(keys.begin(), keys.end());
+    AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, a.scalar_type(), "randperm_openreg", [&] {
+      scalar_t* d = a.data_ptr<scalar_t>();
+      const int64_t st = a.stride(0);
+      for (int64_t i = 0; i < n; ++i) d[i * st] = static_cast<scalar_t>(keys[i].second);
+    });
+  });
+  return result;
+}
+
+// multinomial with replacement (the stub ATen's multinomial calls): sample
+// j of row r is stream position base + r * n_sample + j, inverted through
+// the row's cumulative distribution.
+void multinomial_with_replacement(at::Tensor& result, const at::Tensor& self, int64_t n_sample,
+                                  std::optional<at::Generator> gen) {
+  const c10::DeviceIndex device = self.device().index();
+  const int64_t rows = self.dim() == 1 ? 1 : self.size(0);
+  const int64_t cats = self.size(-1);
+  const PhiloxState rng =
+      takePhiloxState(gen, device, static_cast<uint64_t>(rows) * static_cast<uint64_t>(n_sample));
+  AliasSet set(device);
+  at::Tensor probs = set.alias(self);
+  at::Tensor out = set.alias(result, /*write=*/true);
+  launch_kernel(device, "aten::multinomial", [&] {
+    const auto [seed, base] = unpack(rng);
+    at::Tensor p = probs.to(at::kDouble).reshape({rows, cats}).contiguous();
+    at::Tensor o = out.is_contiguous() ? out.view({rows, n_sample})
+                                       : at::empty({rows, n_sample}, out.options());
+    auto pa = p.accessor<double, 2>();
+    auto oa = o.accessor<int64_t, 2>();
+    std::vector<double> cum(static_cast<size_t>(cats));
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t c = 0; c < cats; ++c) {
+        const double v = pa[r][c];
+        TORCH_CHECK(v >= 0, "invalid multinomial distribution (encountering probability entry < 0)");
+        TORCH_CHECK(std::isfinite(v),
+                    "invalid multinomial distribution (encountering probability entry = infinity or NaN)");
+        sum += v;
+        cum[c] = sum;
+      }
+      TORCH_CHECK(sum > 0, "invalid multinomial distribution (sum of probabilities <= 0)");
+      for (int64_t j = 0; j < n_sample; ++j) {
+        const uint64_t pos = base + static_cast<uint64_t>(r * n_sample + j);
+        const uint32_t lo = philox::word(seed, pos, 0), hi = philox::word(seed, pos, 1);
+        // In (0, sum]: the first category whose cumulative sum reaches it
+        // has a non-zero probability.
+        const double u = (1.0 - philox::to_unit_double(philox::u64(lo, hi))) * sum;
+        const int64_t k = std::lower_bound(cum.begin(), cum.end(), u) - cum.begin();
+        oa[r][j] = std::min(k, cats - 1);
+      }
+    }
+    if (!out.is_contiguous()) out.copy_(o.view(out.sizes()));
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("uniform_", TORCH_FN(uniform_));
+  m.impl("normal_", TORCH_FN(normal_));
+  m.impl("normal.Tensor_float", TORCH_FN(normal_tf));
+  m.impl("normal.float_Tensor", TORCH_FN(normal_ft));
+  m.impl("normal.Tensor_Tensor", TORCH_FN(normal_tt));
+  m.impl("normal.Tensor_float_out", TORCH_FN(normal_tf_out));
+  m.impl("normal.float_Tensor_out", TORCH_FN(normal_ft_out));
+  m.impl("normal.Tensor_Tensor_out", TORCH_FN(normal_tt_out));
+  m.impl("log_normal_", TORCH_FN(log_normal_));
+  m.impl("exponential_", TORCH_FN(exponential_));
+  m.impl("geometric_", TORCH_FN(geometric_));
+  m.impl("cauchy_", TORCH_FN(cauchy_));
+  m.impl("random_", TORCH_FN(random_));
+  m.impl("random_.from", TORCH_FN(random_from));
+  m.impl("random_.to", TORCH_FN(random_to));
+  m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_tensor_));
+  m.impl("bernoulli_.float", TORCH_FN(bernoulli_scalar_));
+  m.impl("bernoulli.out", TORCH_FN(bernoulli_out));
+  m.impl("multinomial", TORCH_FN(multinomial));
+  m.impl("multinomial.out", TORCH_FN(multinomial_out));
+  m.impl("randperm.generator_out", TORCH_FN(randperm_out));
+}
+
+}  // namespace torch_openreg
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(multinomial_with_replacement_stub,
+                              &torch_openreg::multinomial_with_replacement)
+}  // namespace at::native
