@@ -32,9 +32,13 @@ Backward samples (float32, ``requires_grad=True``) backpropagate
 ``sum(out * w)`` over the floating outputs, with the same fixed random ``w``
 on both devices, and compare the gradients of every input that requires grad.
 
-Random operators run with equal seeds on both devices (``torch.manual_seed``
-seeds the CPU and openreg generators, which use the same mt19937 engine; the
-OpInfo wrappers of random ops also reseed with ``torch.manual_seed``).
+Random operators (the RANDOM table of opinfo_skips.py) cannot give the CPU's
+values: openreg's generator is Philox, the CPU's a Mersenne Twister. For them
+everything but the values is compared with the CPU (exceptions, structure,
+device, dtype, shape, strides, aliasing), and the values are checked for
+reproducibility instead: a second openreg call from the same seed, on fresh
+copies of the sample, gives bit-for-bit the same outputs, arguments and
+gradients. Their distributions are tested in tests/ops/test_rng.py.
 
 The CPU's own kernels run on openreg (see openreg_python/csrc/aten/Fallback.cpp),
 so for a deterministic operator the results are expected bit-for-bit equal
@@ -313,6 +317,7 @@ class Policy:
 
     tol: tuple = None  # (rtol, atol) from the op's toleranceOverride, or None
     values: bool = True  # False: outputs are uninitialised memory; metadata only
+    random: bool = False  # values come from the generator: reproducibility, not the CPU's
     exact: bool = EXACT  # bit-for-bit (OPINFO_EXACT=1, for triage)
 
 
@@ -527,7 +532,30 @@ def run_forward(op, sample, fn, pol):
     compare_outputs(sample.output_process_fn_grad(dev_out), sample.output_process_fn_grad(cpu_out), pol)
     # The arguments afterwards (in-place variants, ops that write an argument).
     for i, (dt, ct) in enumerate(zip(dev.tensors, cpu.tensors)):
-        compare_tensor(dt, ct, pol, f"argument {i} after the call", strides=False)
+        compare_tensor(dt, ct, pol, f"argument {i} after the call", strides=False,
+                       values=not pol.random)
+    if pol.random:
+        _check_reproducible(op, sample, fn, {}, sample.output_process_fn_grad(dev_out), dev.tensors)
+
+
+_EXACT = Policy(exact=True)
+
+
+def _check_reproducible(op, sample, fn, extra_kwargs, out, args):
+    """A random op called again from the same seed, on fresh openreg copies
+    of the sample, gives the same outputs and arguments, bit for bit."""
+    again = prepare(op, sample, to_openreg, True)
+    again.kwargs = dict(again.kwargs, **{k: v() for k, v in extra_kwargs.items()})
+    with torch.no_grad():
+        out2, exc = _call(fn, again)
+    if exc is not None:
+        raise Mismatch(f"reproducibility: the second call raised {type(exc).__name__}: {_first(exc)}")
+    try:
+        compare_outputs(sample.output_process_fn_grad(out2), out, _EXACT)
+        for i, (a, b) in enumerate(zip(again.tensors, args)):
+            compare_tensor(a, b, _EXACT, f"argument {i} after the call", strides=False)
+    except Mismatch as e:
+        raise Mismatch(f"not reproducible from the same seed: {e}") from None
 
 
 def _out_like(ref, device):
@@ -567,7 +595,11 @@ def run_out(op, sample, pol):
     compare_outputs(dev_o, cpu_o, pol)
     compare_outputs(dev_ret, cpu_ret, pol)
     for i, (dt, ct) in enumerate(zip(dev.tensors, cpu.tensors)):
-        compare_tensor(dt, ct, pol, f"argument {i} after the call", strides=False)
+        compare_tensor(dt, ct, pol, f"argument {i} after the call", strides=False,
+                       values=not pol.random)
+    if pol.random:
+        _check_reproducible(op, sample, op.op, {"out": lambda: _out_like(ref, TARGET)}, dev_o,
+                            dev.tensors)
 
 
 def error_samples(op):
@@ -642,7 +674,21 @@ def run_backward(op, sample, pol):
             raise Mismatch(f"grad of input {i}: {'None' if a is None else 'a tensor'} on openreg, "
                            f"{'None' if b is None else 'a tensor'} on the CPU")
         if a is not None:
-            compare_tensor(a, b, pol, f"grad of input {i}", strides=False)
+            compare_tensor(a, b, pol, f"grad of input {i}", strides=False, values=not pol.random)
+    if pol.random:
+        # The same forward and backward again from the same seed.
+        again = prepare(op, sample, to_openreg, True)
+        out2, exc = _call(op.op, again)
+        if exc is not None:
+            raise Mismatch(f"reproducibility: the second forward raised {type(exc).__name__}")
+        g2, e2 = grads(_grad_outputs(sample.output_process_fn_grad(out2)), wd,
+                       [t for t in again.tensors if t.requires_grad])
+        if e2 is not None:
+            raise Mismatch(f"reproducibility: the second backward raised {type(e2).__name__}")
+        for i, (a, b) in enumerate(zip(g2, dg)):
+            if a is not None:
+                compare_tensor(a, b, _EXACT, f"grad of input {i} (second run, same seed)",
+                               strides=False)
 
 
 def samples_of(op, group):
@@ -716,12 +762,13 @@ def _work(op, group, limit=None):
     return work
 
 
-def run_group(op, group, *, values=True, limit=None, sample_skip=None):
+def run_group(op, group, *, values=True, random=False, limit=None, sample_skip=None):
     """Run every sample of (op, group); returns a list of Result (samples that
     do not exercise openreg are left out). `sample_skip` is an optional
     (predicate(sample) -> bool, reason) from opinfo_skips.SAMPLE_SKIPS: matching
     samples are reported with status "skip" instead of being run."""
-    pol = Policy(tol=op_tolerance(op, group_dtype(op, group)), values=values)
+    pol = Policy(tol=op_tolerance(op, group_dtype(op, group)), values=values and not random,
+                 random=random)
     results = []
     with quiet(), on_device(1 if group == DEVICE1 else 0):
         try:
@@ -864,7 +911,7 @@ def _main(argv=None):
 
     for o, g in todo:
         t0 = time.time()
-        res = run_group(OPS[o], g, values=_values(o, g))
+        res = run_group(OPS[o], g, values=_values(o, g), random=_random(o, g))
         fails = [r for r in res if r.status == "fail"]
         print(f"{o:40s} {g:9s} {len(res):4d} samples {len(fails):3d} failed  {time.time() - t0:6.2f}s",
               flush=True)
@@ -879,6 +926,12 @@ def _values(o, g):
     return lookup(VALUES_UNCHECKED, OPS[o], g) is None
 
 
+def _random(o, g):
+    from tests.ops.opinfo_skips import RANDOM
+
+    return lookup(RANDOM, OPS[o], g) is not None
+
+
 def _child(out):
     import json
     import time
@@ -887,7 +940,7 @@ def _child(out):
         o, g = line.split("\t")
         print(f"START {o}\t{g}", flush=True)
         t0 = time.time()
-        res = run_group(OPS[o], g, values=_values(o, g))
+        res = run_group(OPS[o], g, values=_values(o, g), random=_random(o, g))
         rec = {"op": o, "group": g, "seconds": round(time.time() - t0, 3),
                "results": [dataclasses.asdict(r) for r in res]}
         with open(out, "a") as f:

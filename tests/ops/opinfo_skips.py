@@ -17,6 +17,10 @@ Reasons start with:
 * ``DIFFERENT ROUNDING:`` the same computation with a different accumulation
   order, beyond the op's low-precision tolerance.
 
+``RANDOM`` (after VALUES_UNCHECKED) lists the operators whose values come
+from the generator: compared with the CPU in everything but the values, and
+checked for reproducibility from the same seed instead.
+
 ``SAMPLE_SKIPS`` (at the end) skips individual samples by predicate. There is
 no BUG entry today: the sweep's first run found four (empty results on
 openreg:1 on the wrong device, composite kernels preferred to the CPU's,
@@ -63,6 +67,40 @@ VALUES_UNCHECKED = {
 
 
 
+# Operators whose values come from the generator. openreg's is CUDA's Philox
+# (counter-based, a (seed, offset) state), the CPU's a Mersenne Twister, so
+# equal seeds give different numbers by design. The sweep compares everything
+# else with the CPU and checks that a second call from the same seed gives
+# the same values; tests/ops/test_rng.py checks the distributions.
+_PHILOX = "RANDOM: draws from openreg's Philox generator, not the CPU's Mersenne Twister"
+RANDOM = {
+    (name, variant): f"{_PHILOX} ({reason})"
+    for name, variant, reason in [
+        ("bernoulli", "", "a bernoulli draw per element"),
+        ("cauchy", "", "Tensor.cauchy_"),
+        ("exponential", "", "Tensor.exponential_"),
+        ("geometric", "", "Tensor.geometric_"),
+        ("log_normal", "", "Tensor.log_normal_"),
+        ("multinomial", "", "exponential keys (no replacement) or uniform draws"),
+        ("normal", "", "torch.normal with tensor mean/std"),
+        ("normal", "in_place", "Tensor.normal_"),
+        ("normal", "number_mean", "torch.normal with a number mean"),
+        ("uniform", "", "Tensor.uniform_"),
+        ("rand_like", "", "uniform draws"),
+        ("randn_like", "", "normal draws"),
+        ("randint_like", "", "random_ with a range"),
+        ("randint", "", "random_ with a range"),
+        ("randn", "", "normal draws"),
+        ("nn.functional.rrelu", "", "a uniform slope per element (CPU kernel, engine seeded from the stream)"),
+        ("nn.functional.dropout", "", "a bernoulli mask"),
+        ("nn.functional.dropout2d", "", "a bernoulli mask per channel"),
+        ("nn.functional.dropout3d", "", "a bernoulli mask per channel"),
+        ("nn.functional.alpha_dropout", "", "a bernoulli mask"),
+        ("nn.functional.feature_alpha_dropout", "with_train", "a bernoulli mask per channel"),
+    ]
+}
+
+
 # Individual samples, by predicate: (op name, variant[, group]) ->
 # (predicate(sample) -> bool, reason). Used where most samples of a group are
 # comparable and a few are not.
@@ -70,9 +108,10 @@ SAMPLE_SKIPS = {
     ("nn.functional.scaled_dot_product_attention", ""): (
         lambda sample: bool(sample.kwargs.get("dropout_p", 0.0)),
         "BY DESIGN: with dropout_p > 0 openreg's fused SDPA kernel draws its dropout "
-        "mask from one seed per call taken from the openreg generator (and the backward "
-        "regenerates it from that seed), as fused kernels on CUDA do; the CPU math path "
-        "draws a bernoulli per element, so equal seeds cannot give equal masks. "
-        "Reproducibility, the dropped fraction and gradients are tested in tests/ops/test_sdpa.py",
+        "mask from the openreg Philox generator at the call's (philox_seed, philox_offset) "
+        "(and the backward regenerates it from them), as fused kernels on CUDA do; the CPU "
+        "math path draws from the CPU's Mersenne Twister, so equal seeds cannot give equal "
+        "masks. Reproducibility, the dropped fraction and gradients are tested in "
+        "tests/ops/test_sdpa.py",
     ),
 }

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from . import opinfo_harness as H
-from .opinfo_skips import SAMPLE_SKIPS, SKIPS, VALUES_UNCHECKED
+from .opinfo_skips import RANDOM, SAMPLE_SKIPS, SKIPS, VALUES_UNCHECKED
 
 # A hung operator kills the run after this long with every thread's stack
 # (instead of hanging CI): no group takes more than a few seconds.
@@ -78,6 +78,7 @@ def _run(op_name, group, record):
     faulthandler.dump_traceback_later(WATCHDOG_SECONDS, exit=True)
     try:
         results = H.run_group(op, group, values=H.lookup(VALUES_UNCHECKED, op, group) is None,
+                              random=H.lookup(RANDOM, op, group) is not None,
                               sample_skip=H.lookup(SAMPLE_SKIPS, op, group))
     finally:
         faulthandler.cancel_dump_traceback_later()
@@ -112,7 +113,7 @@ class TestOpInfoSkipTable:
         for o, g in CASES:
             op = H.OPS[o]
             labels.setdefault((op.name, op.variant_test_name), set()).add(H.group_label(op, g))
-        for table in (SKIPS, VALUES_UNCHECKED):
+        for table in (SKIPS, VALUES_UNCHECKED, RANDOM):
             for key, reason in table.items():
                 assert key[:2] in labels, f"{key}: no such OpInfo entry"
                 assert len(key) == 2 or key[2] in labels[key[:2]], \

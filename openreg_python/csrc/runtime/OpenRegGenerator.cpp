@@ -189,7 +189,7 @@ at::Generator createOpenRegGenerator(c10::DeviceIndex device_index) {
 
 OpenRegGeneratorImpl* openregGeneratorOrDefault(const std::optional<at::Generator>& gen,
                                                 c10::DeviceIndex device) {
-  // check_generator raises CUDA's "Expected a 'privateuseone' device type for
+  // check_generator raises CUDA's "Expected a 'openreg' device type for
   // generator but found 'cpu'" for a CPU generator.
   return at::get_generator_or_default<OpenRegGeneratorImpl>(gen,
                                                             getDefaultOpenRegGenerator(device));
