@@ -222,6 +222,32 @@ PYBIND11_MODULE(_C, m) {
         at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::PrivateUse1, idx))));
   });
 
+  // The graph-capture hooks of a generator (docs/rng.md), for a graph
+  // implementation and its tests: each takes the generator's lock.
+  auto philox_gen = [](py::handle obj) -> at::Generator {
+    TORCH_CHECK_TYPE(THPGenerator_Check(obj.ptr()), "expected a torch.Generator, got ",
+                     py::str(obj.get_type()).cast<std::string>());
+    at::Generator g = reinterpret_cast<THPGenerator*>(obj.ptr())->cdata;
+    TORCH_CHECK(g.device().type() == c10::DeviceType::PrivateUse1,
+                "expected an openreg generator, got one for ", g.device());
+    return g;
+  };
+  m.def("_generator_capture_prologue", [philox_gen](py::handle obj) {
+    at::Generator g = philox_gen(obj);
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.get<torch_openreg::OpenRegGeneratorImpl>()->capture_prologue();
+  });
+  m.def("_generator_capture_epilogue", [philox_gen](py::handle obj) {
+    at::Generator g = philox_gen(obj);
+    std::lock_guard<std::mutex> lock(g.mutex());
+    return g.get<torch_openreg::OpenRegGeneratorImpl>()->capture_epilogue();
+  });
+  m.def("_generator_replay_prologue", [philox_gen](py::handle obj, uint64_t increment) {
+    at::Generator g = philox_gen(obj);
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.get<torch_openreg::OpenRegGeneratorImpl>()->replay_prologue(increment);
+  });
+
   // devices
   m.def("_get_device_count", [] { return static_cast<int>(torch_openreg::device_count()); });
   m.def("_get_device", [] { return static_cast<int>(torch_openreg::current_device()); });

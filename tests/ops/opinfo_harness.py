@@ -762,13 +762,15 @@ def _work(op, group, limit=None):
     return work
 
 
-def run_group(op, group, *, values=True, random=False, limit=None, sample_skip=None):
+def run_group(op, group, *, values=True, random=False, limit=None, sample_skip=None,
+              random_sample=None):
     """Run every sample of (op, group); returns a list of Result (samples that
     do not exercise openreg are left out). `sample_skip` is an optional
     (predicate(sample) -> bool, reason) from opinfo_skips.SAMPLE_SKIPS: matching
     samples are reported with status "skip" instead of being run."""
     pol = Policy(tol=op_tolerance(op, group_dtype(op, group)), values=values and not random,
                  random=random)
+    random_pol = dataclasses.replace(pol, values=False, random=True)
     results = []
     with quiet(), on_device(1 if group == DEVICE1 else 0):
         try:
@@ -782,8 +784,11 @@ def run_group(op, group, *, values=True, random=False, limit=None, sample_skip=N
                 r.status, r.message = "skip", sample_skip[1]
                 results.append(r)
                 continue
+            p = pol
+            if random_sample is not None and vname != "error_input" and random_sample[0](sample):
+                p = random_pol
             try:
-                _run_one(op, vname, fn, sample, pol)
+                _run_one(op, vname, fn, sample, p)
             except NotApplicable:
                 continue
             except Mismatch as e:
@@ -911,7 +916,8 @@ def _main(argv=None):
 
     for o, g in todo:
         t0 = time.time()
-        res = run_group(OPS[o], g, values=_values(o, g), random=_random(o, g))
+        res = run_group(OPS[o], g, values=_values(o, g), random=_random(o, g),
+                        random_sample=_random_sample(o, g))
         fails = [r for r in res if r.status == "fail"]
         print(f"{o:40s} {g:9s} {len(res):4d} samples {len(fails):3d} failed  {time.time() - t0:6.2f}s",
               flush=True)
@@ -932,6 +938,12 @@ def _random(o, g):
     return lookup(RANDOM, OPS[o], g) is not None
 
 
+def _random_sample(o, g):
+    from tests.ops.opinfo_skips import RANDOM_SAMPLES
+
+    return lookup(RANDOM_SAMPLES, OPS[o], g)
+
+
 def _child(out):
     import json
     import time
@@ -940,7 +952,8 @@ def _child(out):
         o, g = line.split("\t")
         print(f"START {o}\t{g}", flush=True)
         t0 = time.time()
-        res = run_group(OPS[o], g, values=_values(o, g), random=_random(o, g))
+        res = run_group(OPS[o], g, values=_values(o, g), random=_random(o, g),
+                        random_sample=_random_sample(o, g))
         rec = {"op": o, "group": g, "seconds": round(time.time() - t0, 3),
                "results": [dataclasses.asdict(r) for r in res]}
         with open(out, "a") as f:

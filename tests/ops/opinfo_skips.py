@@ -19,7 +19,8 @@ Reasons start with:
 
 ``RANDOM`` (after VALUES_UNCHECKED) lists the operators whose values come
 from the generator: compared with the CPU in everything but the values, and
-checked for reproducibility from the same seed instead.
+checked for reproducibility from the same seed instead; RANDOM_SAMPLES does
+the same for the samples of an operator that a predicate selects.
 
 ``SAMPLE_SKIPS`` (at the end) skips individual samples by predicate. There is
 no BUG entry today: the sweep's first run found four (empty results on
@@ -97,7 +98,24 @@ RANDOM = {
         ("nn.functional.dropout3d", "", "a bernoulli mask per channel"),
         ("nn.functional.alpha_dropout", "", "a bernoulli mask"),
         ("nn.functional.feature_alpha_dropout", "with_train", "a bernoulli mask per channel"),
+        ("nn.functional.fractional_max_pool2d", "", "its pooling regions come from torch.rand"),
+        ("nn.functional.fractional_max_pool3d", "", "its pooling regions come from torch.rand"),
     ]
+}
+
+# The same for the samples a predicate selects, where only some samples of
+# an operator draw random numbers: (op name, variant[, group]) ->
+# (predicate(sample) -> bool, reason).
+RANDOM_SAMPLES = {
+    ("nn.functional.multi_head_attention_forward", ""): (
+        lambda sample: bool(sample.kwargs.get("training")) and sample.args[9] > 0,
+        f"{_PHILOX} (attention dropout while training)",
+    ),
+    ("svd_lowrank", ""): (
+        lambda sample: sample.kwargs.get("M") is not None,
+        f"{_PHILOX} (the random projection: with M the input is not of rank q, "
+        "so the result depends on the random matrix)",
+    ),
 }
 
 

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from . import opinfo_harness as H
-from .opinfo_skips import RANDOM, SAMPLE_SKIPS, SKIPS, VALUES_UNCHECKED
+from .opinfo_skips import RANDOM, RANDOM_SAMPLES, SAMPLE_SKIPS, SKIPS, VALUES_UNCHECKED
 
 # A hung operator kills the run after this long with every thread's stack
 # (instead of hanging CI): no group takes more than a few seconds.
@@ -79,7 +79,8 @@ def _run(op_name, group, record):
     try:
         results = H.run_group(op, group, values=H.lookup(VALUES_UNCHECKED, op, group) is None,
                               random=H.lookup(RANDOM, op, group) is not None,
-                              sample_skip=H.lookup(SAMPLE_SKIPS, op, group))
+                              sample_skip=H.lookup(SAMPLE_SKIPS, op, group),
+                              random_sample=H.lookup(RANDOM_SAMPLES, op, group))
     finally:
         faulthandler.cancel_dump_traceback_later()
     failures = [r for r in results if r.status == "fail"]
@@ -119,7 +120,7 @@ class TestOpInfoSkipTable:
                 assert len(key) == 2 or key[2] in labels[key[:2]], \
                     f"{key}: the entry's groups are {sorted(labels[key[:2]])}"
                 assert isinstance(reason, str) and len(reason) > 20, f"{key}: give a specific reason"
-        for key, (predicate, reason) in SAMPLE_SKIPS.items():
+        for key, (predicate, reason) in list(SAMPLE_SKIPS.items()) + list(RANDOM_SAMPLES.items()):
             assert key[:2] in labels, f"{key}: no such OpInfo entry"
             assert callable(predicate) and len(reason) > 20, f"{key}: give a predicate and a reason"
 

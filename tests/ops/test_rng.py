@@ -410,3 +410,53 @@ class TestAttentionDropoutPosition:
         torch.openreg.set_rng_state(state_of(seed, offset))
         keep = torch.empty(2, 3, 5, 7, device=DEV).bernoulli_(0.6).bool().cpu()
         assert torch.equal(weights.cpu() != 0, keep)
+
+
+@pytest.mark.ops
+class TestGraphHooks:
+    """CUDA's graph-safe RNG hooks, as a graph implementation calls them."""
+
+    def test_capture_reads_slots_and_replay_advances_past_the_graph(self):
+        from torch_openreg import _C
+
+        g = torch.Generator(device=DEV).manual_seed(5)
+        g.set_offset(16)
+        _C._generator_capture_prologue(g)
+        try:
+            # Kernels enqueued now read the capture's slots (seed 5, offset 16)
+            # plus their offset inside the graph; the generator does not move.
+            a = torch.rand(6, device=DEV, generator=g).cpu()   # graph offsets 0..8
+            b = torch.randn(4, device=DEV, generator=g).cpu()  # graph offsets 8..12
+            with pytest.raises(RuntimeError, match="while a graph is capturing"):
+                g.manual_seed(1)
+            with pytest.raises(RuntimeError, match="while a graph is capturing"):
+                g.get_offset()
+            with pytest.raises(RuntimeError, match="cannot be captured in a graph"):
+                torch.poisson(torch.ones(3, device=DEV), generator=g)
+            with pytest.raises(RuntimeError, match="already being captured"):
+                _C._generator_capture_prologue(g)
+        finally:
+            assert _C._generator_capture_epilogue(g) == 12  # the whole graph's increment
+        assert g.get_offset() == 16
+        eager = torch.Generator(device=DEV).manual_seed(5)
+        eager.set_offset(16)
+        assert torch.equal(a, torch.rand(6, device=DEV, generator=eager).cpu())
+        assert torch.equal(b, torch.randn(4, device=DEV, generator=eager).cpu())
+        # Each replay refills the slots from the generator and moves it past
+        # everything the graph draws.
+        _C._generator_replay_prologue(g, 12)
+        assert g.get_offset() == 28
+        _C._generator_replay_prologue(g, 12)
+        assert g.get_offset() == 40
+
+    def test_hooks_refuse_other_generators(self):
+        from torch_openreg import _C
+
+        with pytest.raises(RuntimeError, match="expected an openreg generator"):
+            _C._generator_capture_prologue(torch.Generator())
+        with pytest.raises(TypeError, match="expected a torch.Generator"):
+            _C._generator_capture_prologue(3)
+        with pytest.raises(RuntimeError, match="capture_epilogue without a capture"):
+            _C._generator_capture_epilogue(torch.Generator(device=DEV))
+        with pytest.raises(RuntimeError, match="replay_prologue before any capture"):
+            _C._generator_replay_prologue(torch.Generator(device=DEV), 4)
