@@ -17,6 +17,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/quantized/Quantizer.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/core/stack.h>
@@ -31,7 +33,6 @@ namespace {
 
 constexpr char kSparse[] = "sparse";
 constexpr char kSparseCsr[] = "sparse compressed (CSR/CSC/BSR/BSC)";
-constexpr char kQuantized[] = "quantized";
 
 bool is_optional_generator(const c10::Argument& arg) {
   const auto& type = arg.type();
@@ -125,17 +126,15 @@ uint64_t max_numel(const torch::jit::Stack& stack, size_t begin, size_t end) {
 // [docs:rng-bridge:end]
 
 // A CPU kernel can turn dense inputs into a tensor kind openreg cannot hold
-// (to_sparse, quantize_per_tensor). Refuse the result by operator name,
-// before it would be wrapped as a dense openreg tensor.
+// (to_sparse, nested). Refuse the result by operator name, before it would
+// be wrapped as a dense openreg tensor. (Quantized results are held: they
+// become quantized openreg tensors, KernelView.cpp.)
 void check_result_kind(const c10::FunctionSchema& schema, const c10::IValue& v) {
   auto check = [&](const at::Tensor& t) {
-    if (!t.defined() ||
-        (t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested())) {
-      return;
-    }
+    if (!t.defined() || (t.layout() == c10::kStrided && !t.is_nested())) return;
     std::string kind;
     switch (t.layout()) {
-      case c10::kStrided: kind = t.is_nested() ? "nested" : kQuantized; break;
+      case c10::kStrided: kind = "nested"; break;
       case c10::kJagged: kind = "nested"; break;
       case c10::kSparse: kind = kSparse; break;
       case c10::kSparseCsr:
@@ -190,6 +189,12 @@ void check_devices(const c10::FunctionSchema& schema, const torch::jit::Stack& s
 }
 // [docs:fallback-device-check:end]
 
+// Quantized openreg tensors (the QuantizedPrivateUse1 key) take the same
+// path, with one difference: the CPU's quantized kernels are registered
+// under QuantizedCPU, some factories under CPU behind BackendSelect, so the
+// call on the aliases goes through the dispatcher again (below autograd)
+// and finds whichever kernel the CPU would run.
+template <bool Quantized>
 void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
                       torch::jit::Stack* stack) {
   const auto& schema = op.schema();
@@ -257,12 +262,28 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   // [docs:fallback-run]
   try {
     launch_kernel(device, schema.name().c_str(), [&] {
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      if constexpr (Quantized) {
+        at::AutoDispatchBelowADInplaceOrView below_autograd;
+        op.callBoxed(stack);
+      } else {
+        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      }
     });
-  } catch (const c10::NotImplementedError&) {
+  } catch (const c10::NotImplementedError& e) {
+    if constexpr (Quantized) {
+      // As CUDA names QuantizedCUDA: the operator has no kernel for
+      // quantized tensors on this device (nor on the CPU, whose kernels
+      // openreg runs).
+      TORCH_CHECK_NOT_IMPLEMENTED(
+          std::string(e.what()).find("'QuantizedCPU' backend") == std::string::npos,
+          "Could not run '", schema.operator_name(), "' with arguments from the "
+          "'QuantizedPrivateUse1' backend (quantized openreg tensors): openreg runs the CPU's "
+          "quantized kernels and this operator has none (no QuantizedCPU kernel). "
+          "Dequantize first, or run this part on the CPU.");
+    }
     // Checked here, on the error path, not before every call.
     TORCH_CHECK_NOT_IMPLEMENTED(
-        op.hasKernelForDispatchKey(c10::DispatchKey::CPU),
+        Quantized || op.hasKernelForDispatchKey(c10::DispatchKey::CPU),
         "The operator '", schema.operator_name(), "' is not implemented for the "
         "openreg device: openreg runs ATen's CPU kernels on device memory and "
         "this operator has no CPU kernel.");
@@ -278,7 +299,7 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   // [docs:fallback-run:end]
 }
 
-// Sparse, sparse-CSR and quantized openreg tensors are not supported: say so
+// Sparse and sparse-CSR openreg tensors are not supported: say so
 // clearly, naming the operator and the tensor kind, instead of the
 // dispatcher's generic "could not run ... with arguments from the
 // 'Sparseopenreg' backend".
@@ -308,11 +329,28 @@ void register_structured_kernels() {
     static auto* lib = new torch::Library(torch::Library::IMPL, "aten",
                                           c10::DispatchKey::PrivateUse1,
                                           __FILE__, __LINE__);
+    static auto* qlib = new torch::Library(torch::Library::IMPL, "aten",
+                                           c10::DispatchKey::QuantizedPrivateUse1,
+                                           __FILE__, __LINE__);
     auto& dispatcher = c10::Dispatcher::singleton();
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       if (name.name.rfind("aten::", 0) != 0) continue;
       auto op = dispatcher.findOp(name);
       if (!op) continue;
+      // [docs:quantized-routing]
+      // Quantized openreg tensors: an operator with a QuantizedCPU kernel
+      // runs that kernel through the quantized fallback, even where it also
+      // has a composite kernel (clone, fill_, index_select, ...), which the
+      // dispatcher would otherwise prefer to a backend fallback and which
+      // is not what the CPU runs for quantized tensors.
+      if (op->hasKernelForDispatchKey(c10::DispatchKey::QuantizedCPU) &&
+          !op->hasKernelForDispatchKey(c10::DispatchKey::QuantizedPrivateUse1)) {
+        std::string qname = name.name.substr(6);
+        if (!name.overload_name.empty()) qname += "." + name.overload_name;
+        qlib->impl(qname.c_str(),
+                   torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<true>>());
+      }
+      // [docs:quantized-routing:end]
       const bool composite =
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
@@ -323,13 +361,88 @@ void register_structured_kernels() {
       std::string full = name.name.substr(6);
       if (!name.overload_name.empty()) full += "." + name.overload_name;
       lib->impl(full.c_str(),
-                torch::CppFunction::makeFromBoxedFunction<&openreg_fallback>());
+                torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<false>>());
     }
   });
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<false>>());
+}
+
+// [docs:quantized-fallback]
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<true>>());
+}
+// [docs:quantized-fallback:end]
+
+namespace {
+// copy_ of quantized tensors: ATen's composite copy_ would hand any copy
+// that involves a non-CPU device to _copy_from, which has no quantized
+// kernel. Run the CPU's copy_ instead: on the aliases when the destination
+// is on openreg (it copies the quantizer and the integer bytes, and the
+// destination takes the quantizer over with its scales on the device), and
+// on a host copy of the source when the destination is on the host (so no
+// host tensor ends up with a quantizer over device memory). A source on
+// another openreg device goes through the host.
+// The bytes of a storage, as a dense uint8 tensor on its device.
+at::Tensor storage_bytes(const c10::Storage& st) {
+  const int64_t n = static_cast<int64_t>(st.nbytes());
+  if (st.device().type() == c10::DeviceType::PrivateUse1) {
+    return make_openreg_tensor(st, caffe2::TypeMeta::Make<uint8_t>(), {n}, {1}, 0);
+  }
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(st), c10::DispatchKeySet(c10::DispatchKey::CPU), caffe2::TypeMeta::Make<uint8_t>());
+  t.unsafeGetTensorImpl()->set_sizes_contiguous({n});
+  return t;
+}
+
+// quint4x2 and quint2x4 pack several values into a byte and the CPU has no
+// copy kernel for them: a copy of a whole contiguous tensor copies its bytes
+// (and the quantizer, as the CPU's quantized copy_ does).
+bool copy_packed(at::Tensor& self, const at::Tensor& src) {
+  const auto t = self.scalar_type();
+  if (!self.is_quantized() || !src.is_quantized() ||
+      (t != at::kQUInt4x2 && t != at::kQUInt2x4)) {
+    return false;
+  }
+  TORCH_CHECK(src.scalar_type() == t && src.qscheme() == self.qscheme(),
+              "Quantized Copy only works with same qscheme and dtype");
+  TORCH_CHECK(self.sizes() == src.sizes() && self.is_contiguous() && src.is_contiguous() &&
+                  self.storage_offset() == 0 && src.storage_offset() == 0 &&
+                  self.storage().nbytes() == src.storage().nbytes(),
+              "copy_ of ", t, " tensors copies whole contiguous tensors of the same shape only "
+              "(their values are packed several to a byte)");
+  storage_bytes(self.storage()).copy_(storage_bytes(src.storage()));
+  at::set_quantizer_(self, quantizer_on(src.quantizer(), self.device()));
+  return true;
+}
+
+void quantized_copy_(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                     torch::jit::Stack* stack) {
+  const size_t n = stack->size();
+  at::Tensor self = (*stack)[n - 3].toTensor();
+  const at::Tensor src = (*stack)[n - 2].toTensor();
+  const bool non_blocking = (*stack)[n - 1].toBool();
+  auto host = [](const at::Tensor& t) { return t.is_quantized() ? quantized_to_cpu(t) : t.cpu(); };
+  if (copy_packed(self, src)) {
+    torch::jit::drop(*stack, 3);
+    torch::jit::push(*stack, std::move(self));
+    return;
+  }
+  if (!is_openreg(self)) {
+    self.copy_(is_openreg(src) ? host(src) : src, non_blocking);
+    torch::jit::drop(*stack, 3);
+    torch::jit::push(*stack, std::move(self));
+    return;
+  }
+  if (is_openreg(src) && self.device() != src.device()) (*stack)[n - 2] = host(src);
+  openreg_fallback<true>(op, ks, stack);
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
+  m.impl("copy_", torch::CppFunction::makeFromBoxedFunction<&quantized_copy_>());
 }
 
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
@@ -337,9 +450,6 @@ TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
 }
 TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout<kSparseCsr>>());
-}
-TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout<kQuantized>>());
 }
 
 }  // namespace torch_openreg

@@ -3,6 +3,8 @@
 #include "../runtime/OpenRegAllocator.h"
 
 #include <ATen/core/TensorBody.h>
+#include <ATen/quantized/QTensorImpl.h>
+#include <ATen/quantized/Quantizer.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/StorageImpl.h>
@@ -10,6 +12,7 @@
 #include <c10/util/flat_hash_map.h>
 
 #include <array>
+#include <functional>
 #include <cstring>
 #include <atomic>
 #include <mutex>
@@ -352,6 +355,66 @@ c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
   return a;
 }
 
+// [docs:quantized-alias]
+// Quantized tensors (the QuantizedPrivateUse1 key). A quantized openreg
+// tensor's alias is a quantized CPU tensor (QTensorImpl, QuantizedCPU) over
+// the same bytes, with the same quantizer; a per-channel quantizer's scales
+// and zero points are openreg tensors, so the alias gets a quantizer over
+// their aliases. A quantized CPU result becomes a quantized openreg tensor
+// the same way back. The CPU's quantized kernels then run on device memory
+// like every other kernel, and nothing is copied.
+namespace {
+at::QuantizerPtr map_quantizer(const at::QuantizerPtr& q,
+                               const std::function<at::Tensor(const at::Tensor&)>& map) {
+  // (By type, not qscheme(): an UnknownQuantizer, which empty_strided of a
+  // quantized dtype makes, asserts when asked.)
+  if (auto* fq = dynamic_cast<at::PerChannelAffineFloatQParamsQuantizer*>(q.get())) {
+    at::Tensor s = map(fq->scales()), z = map(fq->zero_points());
+    if (s.is_same(fq->scales()) && z.is_same(fq->zero_points())) return q;
+    return c10::make_intrusive<at::PerChannelAffineFloatQParamsQuantizer>(q->scalar_type(), s, z,
+                                                                           fq->axis());
+  }
+  if (auto* pc = dynamic_cast<at::PerChannelAffineQuantizer*>(q.get())) {
+    at::Tensor s = map(pc->scales()), z = map(pc->zero_points());
+    if (s.is_same(pc->scales()) && z.is_same(pc->zero_points())) return q;
+    return c10::make_intrusive<at::PerChannelAffineQuantizer>(q->scalar_type(), s, z, pc->axis());
+  }
+  return q;  // per-tensor (a scale and a zero point) or unknown: no device state
+}
+}  // namespace
+
+at::Tensor make_openreg_qtensor(c10::Storage storage, const caffe2::TypeMeta dtype,
+                                c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                                int64_t storage_offset, at::QuantizerPtr quantizer) {
+  auto t = at::detail::make_tensor<at::QTensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::QuantizedPrivateUse1), dtype,
+      std::move(quantizer));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, storage_offset);
+  return t;
+}
+
+at::QuantizerPtr quantizer_on(const at::QuantizerPtr& q, c10::Device device) {
+  return map_quantizer(q, [device](const at::Tensor& x) { return x.to(device); });
+}
+
+at::Tensor quantized_to_cpu(const at::Tensor& src) {
+  // The whole storage's bytes (sub-byte dtypes pack several values into a
+  // byte, so elements and bytes do not line up), and the quantizer with its
+  // scales on the host.
+  const c10::Storage& st = src.storage();
+  at::Tensor bytes = make_openreg_tensor(st, caffe2::TypeMeta::Make<uint8_t>(),
+                                         {static_cast<int64_t>(st.nbytes())}, {1}, 0)
+                         .cpu();
+  at::QuantizerPtr q = quantizer_on(at::get_qtensorimpl(src)->quantizer(), at::kCPU);
+  auto out = at::detail::make_tensor<at::QTensorImpl>(
+      c10::Storage(bytes.storage()), c10::DispatchKeySet(c10::DispatchKey::QuantizedCPU),
+      src.dtype(), std::move(q));
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(src.sizes(), src.strides(),
+                                                   src.storage_offset());
+  return out;
+}
+// [docs:quantized-alias:end]
+
 // The index in tensors_ of `t`'s alias, made if needed; -1 if `t` is not
 // an openreg tensor.
 int AliasSet::alias_entry(const at::Tensor& t, bool write) {
@@ -371,6 +434,19 @@ int AliasSet::alias_entry(const at::Tensor& t, bool write) {
   c10::TensorImpl* ti = t.unsafeGetTensorImpl();
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (tensors_[i].openreg == ti) return static_cast<int>(i);
+  }
+  if (C10_UNLIKELY(t.is_quantized())) {
+    // The quantizer first: aliasing its scales may grow storages_.
+    at::QuantizerPtr q = map_quantizer(at::get_qtensorimpl(t)->quantizer(),
+                                       [this](const at::Tensor& x) { return alias(x); });
+    StorageEntry& se = storage_alias(t.storage());
+    auto impl = c10::make_intrusive<at::QTensorImpl>(
+        c10::Storage(se.alias), c10::DispatchKeySet(c10::DispatchKey::QuantizedCPU), t.dtype(),
+        std::move(q));
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    c10::TensorImpl* raw = impl.get();
+    tensors_.push_back({std::move(impl), ti, raw});
+    return static_cast<int>(tensors_.size() - 1);
   }
   AliasCache* cache = alias_cache();
   AliasSlot* slot = nullptr;
@@ -520,6 +596,17 @@ void AliasSet::sync_back(c10::TensorImpl* oi, const at::Tensor& cpu) {
       oi->storage_offset() != ci->storage_offset()) {
     oi->set_sizes_and_strides(ci->sizes(), ci->strides(), ci->storage_offset());
   }
+  if (C10_UNLIKELY(ci->is_quantized() && oi->is_quantized())) {
+    // The kernel may have given the alias a new quantizer (copy_ from
+    // another quantized tensor does): the openreg tensor takes it over.
+    auto* oq = static_cast<at::QTensorImpl*>(oi);
+    const at::QuantizerPtr& cq = static_cast<at::QTensorImpl*>(ci)->quantizer();
+    if (cq.get() != oq->quantizer().get()) {
+      // (Compared on the device: the alias's scales are CPU tensors.)
+      at::QuantizerPtr q = map_quantizer(cq, [this](const at::Tensor& x) { return unwrap(x); });
+      if (q.get() != oq->quantizer().get() && !q->equalTo(oq->quantizer())) oq->set_quantizer_(q);
+    }
+  }
 }
 
 c10::TensorImpl* AliasSet::argument_of(const at::Tensor& cpu) {
@@ -559,11 +646,6 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
                               cpu.is_sparse() ? "sparse" : "non-strided",
                               " tensors: the kernel returned a ", cpu.layout(),
                               " tensor, which an openreg tensor cannot hold");
-  // Quantized tensors are strided too; adopting one would make a dense
-  // openreg tensor with a quantized dtype and no quantizer.
-  TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_quantized(),
-                              "openreg does not support quantized tensors: the kernel "
-                              "returned one, which an openreg tensor cannot hold");
   c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
   c10::Storage st;
   for (auto& e : storages_) {
@@ -573,6 +655,13 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
     }
   }
   if (!st) st = adopt_storage(ci->storage());
+  if (C10_UNLIKELY(cpu.is_quantized())) {
+    at::QuantizerPtr q = map_quantizer(static_cast<at::QTensorImpl*>(ci)->quantizer(),
+                                       [this](const at::Tensor& x) { return unwrap(x); });
+    *result = make_openreg_qtensor(std::move(st), cpu.dtype(), cpu.sizes(), cpu.strides(),
+                                   cpu.storage_offset(), std::move(q));
+    return false;
+  }
   // A result nobody else holds (the kernel's fresh output, held only by the
   // caller's result slot) becomes the openreg tensor itself: a new storage
   // and new backend keys, and no second TensorImpl per result. A real

@@ -211,5 +211,14 @@ void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn) {
 at::Tensor make_openreg_tensor(c10::Storage storage, const caffe2::TypeMeta dtype,
                                c10::IntArrayRef sizes, c10::IntArrayRef strides,
                                int64_t storage_offset);
+// The same for a quantized openreg tensor (QuantizedPrivateUse1).
+at::Tensor make_openreg_qtensor(c10::Storage storage, const caffe2::TypeMeta dtype,
+                                c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                                int64_t storage_offset, at::QuantizerPtr quantizer);
+// A quantized CPU copy of a quantized openreg tensor: the same bytes and
+// geometry, the quantizer's scales moved to the host.
+at::Tensor quantized_to_cpu(const at::Tensor& src);
+// A quantizer with its scales and zero points (if any) on `device`.
+at::QuantizerPtr quantizer_on(const at::QuantizerPtr& q, c10::Device device);
 
 }  // namespace torch_openreg

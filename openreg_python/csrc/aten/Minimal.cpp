@@ -14,6 +14,10 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/_empty_affine_quantized_native.h>
+#include <ATen/ops/_empty_per_channel_affine_quantized_native.h>
+#include <ATen/ops/empty_like_native.h>
+#include <ATen/ops/empty_quantized_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/view_native.h>
@@ -280,5 +284,85 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("native_dropout", TORCH_FN(native_dropout));
 }
+
+// [docs:quantized-views]
+// Quantized openreg tensors: metadata-only operators as the CPU registers
+// them for QuantizedCPU (views keep the quantizer and the openreg storage;
+// set_ is torch.load's path), and the two "empty like this quantized
+// tensor" factories, whose device= may name another device (.cpu() and
+// .to("openreg:1") go through them). Everything else on them takes the
+// quantized fallback (Fallback.cpp), which runs the CPU's quantized kernels
+// in place.
+// The factories allocate on the current device (new_qtensor takes the
+// PrivateUse1 allocator), so they run under a guard for the target device,
+// as the dispatcher's generated CUDA wrappers do.
+std::optional<at::Device> guard_for(std::optional<at::Device> device) {
+  if (device && device->type() == c10::DeviceType::PrivateUse1 && device->has_index()) {
+    return device;
+  }
+  return std::nullopt;
+}
+
+at::Tensor empty_affine_quantized(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                                  std::optional<at::Layout> layout,
+                                  std::optional<at::Device> device,
+                                  std::optional<bool> pin_memory, double scale,
+                                  int64_t zero_point,
+                                  std::optional<at::MemoryFormat> memory_format) {
+  c10::OptionalDeviceGuard g(guard_for(device));
+  return at::native::empty_affine_quantized(size, dtype, layout, device, pin_memory, scale,
+                                            zero_point, memory_format);
+}
+
+at::Tensor empty_per_channel_affine_quantized(
+    at::IntArrayRef size, const at::Tensor& scales, const at::Tensor& zero_points, int64_t axis,
+    std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+    std::optional<at::Device> device, std::optional<bool> pin_memory,
+    std::optional<at::MemoryFormat> memory_format) {
+  // The quantizer's scales and zero points live with the tensor (as on
+  // CUDA): move them to the target device first.
+  const at::Device target = device.value_or(scales.device());
+  at::Tensor s = scales.to(target), z = zero_points.to(target);
+  if (target.type() != c10::DeviceType::PrivateUse1) {
+    return at::_empty_per_channel_affine_quantized(size, s, z, axis, dtype, layout, target,
+                                                   pin_memory, memory_format);
+  }
+  c10::OptionalDeviceGuard g(guard_for(s.device()));
+  return at::native::empty_per_channel_affine_quantized(size, s, z, axis, dtype, layout,
+                                                        s.device(), pin_memory, memory_format);
+}
+
+at::Tensor empty_quantized(at::IntArrayRef size, const at::Tensor& qtensor,
+                           std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                           std::optional<at::Device> device, std::optional<bool> pin_memory,
+                           std::optional<at::MemoryFormat> memory_format) {
+  c10::OptionalDeviceGuard g(guard_for(device.value_or(qtensor.device())));
+  return at::native::empty_quantized(size, qtensor, dtype, layout, device, pin_memory,
+                                     memory_format);
+}
+
+at::Tensor empty_like_quantized(const at::Tensor& self, std::optional<at::ScalarType> dtype,
+                                std::optional<at::Layout> layout,
+                                std::optional<at::Device> device,
+                                std::optional<bool> pin_memory,
+                                std::optional<at::MemoryFormat> memory_format) {
+  c10::OptionalDeviceGuard g(guard_for(device.value_or(self.device())));
+  return at::native::empty_like_quantized(self, dtype, layout, device, pin_memory,
+                                          memory_format);
+}
+
+TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
+  // ATen's own factories allocate quantized openreg tensors directly
+  // (new_qtensor takes PrivateUse1's allocator).
+  m.impl("_empty_affine_quantized", TORCH_FN(empty_affine_quantized));
+  m.impl("_empty_per_channel_affine_quantized", TORCH_FN(empty_per_channel_affine_quantized));
+  m.impl("empty_quantized", TORCH_FN(empty_quantized));
+  m.impl("empty_like", TORCH_FN(empty_like_quantized));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_qtensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(at::native::set_storage_quantized_));
+}
+// [docs:quantized-views:end]
 
 }  // namespace torch_openreg

@@ -65,12 +65,13 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   // [docs:guard-capability]
   // torch.accelerator.get_device_capability(): the dtypes a tensor can have
-  // on the device and be converted between. The runtime's memory is untyped
-  // bytes and openreg's kernels are ATen's CPU kernels, so these are the
-  // dtypes whose CPU copy kernel converts: not the quantized ones (the glue
-  // refuses quantized openreg tensors), nor the bit-container and sub-byte
-  // shells (bits8, int1..int7, uint1..uint7, float4_e2m1fn_x2), which no
-  // copy kernel converts, on the CPU either.
+  // on the device. The runtime's memory is untyped bytes and openreg's
+  // kernels are ATen's CPU kernels, so these are the dtypes whose CPU copy
+  // kernel converts, plus the quantized dtypes, whose tensors openreg holds
+  // with the CPU's quantized kernels (QuantizedPrivateUse1, docs/operators.md);
+  // not the bit-container and sub-byte shells (bits8, int1..int7,
+  // uint1..uint7, float4_e2m1fn_x2), which no kernel converts, on the CPU
+  // either.
   // Vendor: list what your hardware holds.
   c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
     check_device_index(d.has_index() ? d.index() : current_device());
@@ -83,7 +84,9 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                    c10::kIndex_ComplexHalf, c10::kIndex_ComplexFloat,
                    c10::kIndex_ComplexDouble, c10::kIndex_Float8_e5m2,
                    c10::kIndex_Float8_e4m3fn, c10::kIndex_Float8_e5m2fnuz,
-                   c10::kIndex_Float8_e4m3fnuz, c10::kIndex_Float8_e8m0fnu}) {
+                   c10::kIndex_Float8_e4m3fnuz, c10::kIndex_Float8_e8m0fnu,
+                   c10::kIndex_QInt8, c10::kIndex_QUInt8, c10::kIndex_QInt32,
+                   c10::kIndex_QUInt4x2, c10::kIndex_QUInt2x4}) {
       cap.capability_data.capability_bits |= 1ULL << i;
     }
     return cap;
