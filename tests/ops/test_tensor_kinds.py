@@ -1,7 +1,7 @@
 """Beyond dense real tensors: complex tensors work and equal the CPU; named
 tensors behave exactly as on the CPU in torch 2.13 (the API is gone); sparse
-and quantized tensors are refused with a NotImplementedError naming the
-operator."""
+and nested tensors are refused with a NotImplementedError naming the
+operator. (Quantized tensors are supported: tests/ops/test_quantized.py.)"""
 
 import warnings
 
@@ -194,35 +194,6 @@ class TestSparse:
     def test_mkldnn_is_refused_too(self):
         with pytest.raises(NotImplementedError, match="openreg does not support Mkldnn tensors: the operator 'aten::to_mkldnn'"):
             torch.randn(2, 2, device=DEV).to_mkldnn()
-
-
-@pytest.mark.ops
-@pytest.mark.filterwarnings("ignore:.*quantized tensor creation functions.*deprecated")
-class TestQuantized:
-    def test_quantize_per_tensor(self):
-        x = torch.randn(3, 3, device=DEV)
-        with pytest.raises(NotImplementedError, match=r"openreg does not support quantized tensors: the operator "
-                                                      r"'aten::quantize_per_tensor' would return one on the openreg device"):
-            torch.quantize_per_tensor(x, 0.1, 0, torch.qint8)
-        # The CPU does it.
-        q = torch.quantize_per_tensor(x.cpu(), 0.1, 0, torch.qint8)
-        assert q.is_quantized
-
-    def test_quantize_per_channel_and_dynamic(self):
-        x = torch.randn(3, 3, device=DEV)
-        with pytest.raises(NotImplementedError, match="the operator 'aten::quantize_per_channel' would return one"):
-            torch.quantize_per_channel(x, torch.ones(3, device=DEV),
-                                       torch.zeros(3, dtype=torch.long, device=DEV), 0, torch.qint8)
-        with pytest.raises(NotImplementedError, match="the operator 'aten::quantize_per_tensor_dynamic' would return one"):
-            torch.quantize_per_tensor_dynamic(x, torch.quint8, False)
-
-    def test_quantized_cpu_tensor_to_openreg(self):
-        q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.quint8)
-        with pytest.raises(NotImplementedError, match=r"openreg does not support quantized tensors: the operator "
-                                                      r"'aten::empty_quantized' has no quantized kernel for the openreg device"):
-            q.to(DEV)
-        # Dequantize first: a dense float tensor moves fine.
-        same(q.dequantize().to(DEV), q.dequantize())
 
 
 @pytest.mark.ops
