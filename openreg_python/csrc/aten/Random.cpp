@@ -51,19 +51,29 @@ namespace {
 constexpr int64_t kGrain = 1 << 14;
 
 // [docs:rng-fill]
+// Runs body(alias, seed, base) as a kernel on `out`'s device, where alias is
+// the CPU alias of the openreg tensor `out` that the kernel writes and
+// (seed, base) are read from `rng` when the kernel runs.
+template <typename Body>
+void launch_random(const at::Tensor& out, const PhiloxState& rng, const char* name, Body body) {
+  const c10::DeviceIndex device = out.device().index();
+  AliasSet set(device);
+  at::Tensor a = set.alias(out, /*write=*/true);
+  launch_kernel(device, name, [&] {
+    const auto [seed, base] = unpack(rng);
+    TORCH_INTERNAL_ASSERT(base % 4 == 0, "Philox base offset ", base, " is not a multiple of 4");
+    body(a, seed, base);
+  });
+}
+
 // Fills `self` (an openreg tensor) with f(i, words), where words are the J
 // Philox words of stream position base + i and i runs over self's elements
 // in row-major order. A non-contiguous `self` is filled through a
 // contiguous temporary so that positions follow the logical order.
 template <typename scalar_t, int J, typename F>
 void philox_fill(const at::Tensor& self, const PhiloxState& rng, const char* name, F f) {
-  const c10::DeviceIndex device = self.device().index();
   const int64_t n = self.numel();
-  AliasSet set(device);
-  at::Tensor a = set.alias(self, /*write=*/true);
-  launch_kernel(device, name, [&] {
-    const auto [seed, base] = unpack(rng);  // read when the kernel runs
-    TORCH_INTERNAL_ASSERT(base % 4 == 0, "Philox base offset ", base, " is not a multiple of 4");
+  launch_random(self, rng, name, [&](at::Tensor& a, uint64_t seed, uint64_t base) {
     const bool direct = a.is_contiguous();
     at::Tensor out = direct ? a : at::empty(a.sizes(), a.options());
     scalar_t* data = out.data_ptr<scalar_t>();
@@ -149,12 +159,8 @@ at::Tensor std_normals(int64_t n, uint64_t seed, uint64_t base) {
 // Fills `self` with transform(standard normals at self's positions).
 template <typename Transform>
 void normal_fill(const at::Tensor& self, const PhiloxState& rng, const char* name, Transform t) {
-  const c10::DeviceIndex device = self.device().index();
   const int64_t n = self.numel();
-  AliasSet set(device);
-  at::Tensor a = set.alias(self, /*write=*/true);
-  launch_kernel(device, name, [&] {
-    const auto [seed, base] = unpack(rng);
+  launch_random(self, rng, name, [&](at::Tensor& a, uint64_t seed, uint64_t base) {
     at::Tensor z = a.scalar_type() == at::kDouble ? std_normals<double>(n, seed, base)
                                                   : std_normals<float>(n, seed, base);
     a.copy_(t(z).view(a.sizes()));
@@ -416,12 +422,8 @@ at::Tensor& randperm_out(int64_t n, std::optional<at::Generator> gen, at::Tensor
   at::native::check_supported_max_int_with_precision(n, result);
   result.resize_({n});
   if (n == 0) return result;
-  const c10::DeviceIndex device = result.device().index();
-  const PhiloxState rng = takePhiloxState(gen, device, static_cast<uint64_t>(n));
-  AliasSet set(device);
-  at::Tensor a = set.alias(result, /*write=*/true);
-  launch_kernel(device, "aten::randperm", [&] {
-    const auto [seed, base] = unpack(rng);
+  const PhiloxState rng = takePhiloxState(gen, result.device().index(), static_cast<uint64_t>(n));
+  launch_random(result, rng, "aten::randperm", [&](at::Tensor& a, uint64_t seed, uint64_t base) {
     std::vector<std::pair<uint64_t, int64_t>> keys(static_cast<size_t>(n));
     at::parallel_for(0, (n + 3) / 4, kGrain / 4, [&](int64_t g0, int64_t g1) {
       philox::for_groups<2>(seed, base, n, g0, g1, [&](int64_t i, const uint32_t (&w)[2]) {
