@@ -109,7 +109,17 @@ OR_API orError_t orDeviceGetStreamPriorityRange(int* leastPriority,
                                                 int* greatestPriority);
 
 /* ---------------------------------------------------------------- memory */
-typedef enum orMemcpyKind {
+/* Enums a caller passes in get a fixed underlying type in C++, so that any
+ * int a caller casts to one (a binding, a fuzzer, a bug) is a value the
+ * runtime can check and refuse: without it, an out-of-range value of a plain
+ * enum is undefined behaviour before any check runs (UBSan's -fsanitize=enum
+ * found this in orMemcpy). C keeps the plain enum, whose type is an int. */
+#ifdef __cplusplus
+#define OR_INT_ENUM : int
+#else
+#define OR_INT_ENUM
+#endif
+typedef enum orMemcpyKind OR_INT_ENUM {
   orMemcpyHostToHost = 0,
   orMemcpyHostToDevice = 1,
   orMemcpyDeviceToHost = 2,

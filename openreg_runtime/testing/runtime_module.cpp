@@ -599,4 +599,25 @@ class OpenRegError(RuntimeError):
     check(orTraceSetLaunchAnnotation(a ? a->c_str() : nullptr));
   });
   m.def("set_correlation_id", [](unsigned long long id) { check(orTraceSetCorrelationId(id)); });
+
+#ifdef OPENREG_SANITIZER_SELFTEST
+  // Planted bugs, compiled into sanitizer builds only (make check-asan /
+  // check-tsan): a run that does not report them is not checking anything
+  // (tests/runtime/test_sanitizer_harness.py runs them in a child process).
+  m.def("_planted_heap_overflow", [] {
+    char* volatile p = new char[8];
+    p[8] = 1;  // one past the end
+    delete[] p;
+  });
+  m.def("_planted_race", [] {
+    long counter = 0;  // unsynchronised from two threads
+    auto bump = [&counter] {
+      for (int i = 0; i < 1000; ++i) counter = counter + 1;
+    };
+    std::thread a(bump), b(bump);
+    a.join();
+    b.join();
+    return counter;
+  });
+#endif
 }

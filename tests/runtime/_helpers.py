@@ -2,44 +2,23 @@
 
 ``torch_openreg._runtime`` links only libopenreg, not torch, so it is loaded
 here on its own, without running the ``torch_openreg`` package (and with it
-torch and the torch glue): the runtime tests then neither depend on the glue
-building and loading, nor pay for the torch import. If the package is already
-imported (whole-suite runs), the regular module is used; either way there is
-one module object, registered as ``torch_openreg._runtime``.
+torch and the torch glue): see ``tests/_torch_free.py``, which also lets
+``make check-asan`` / ``make check-tsan`` run these tests against sanitizer
+builds.
 """
 
 import contextlib
 import ctypes
-import importlib.machinery
-import importlib.util
 import os
 import sys
 import threading
 import time
 
 from tests._subprocess import REPO  # noqa: F401  (re-exported for the runtime tests)
+from tests._torch_free import load
 
 
-def _load_runtime_module():
-    name = "torch_openreg._runtime"
-    if name in sys.modules:
-        return sys.modules[name]
-    if "torch_openreg" in sys.modules:
-        import torch_openreg._runtime as mod
-
-        return mod
-    pkg = importlib.util.find_spec("torch_openreg").submodule_search_locations[0]
-    path = next(os.path.join(pkg, f) for f in sorted(os.listdir(pkg))
-                if f.startswith("_runtime.") and f.endswith(".so"))
-    loader = importlib.machinery.ExtensionFileLoader(name, path)
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    sys.modules[name] = mod
-    return mod
-
-
-rt = _load_runtime_module()
+rt = load("_runtime")
 
 ALIGN = 512
 MB = 1 << 20
