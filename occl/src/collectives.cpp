@@ -186,9 +186,22 @@ void check_buffer(occlComm* c, const void* p, size_t bytes, const char* what, co
     throw Error(occlInvalidArgument,
                 format("%s: %s (%p) is not memory of device openreg:%d", call, what, p, c->device));
   const char* start = static_cast<const char*>(a.devicePointer);
-  if (!start || static_cast<const char*>(p) + bytes > start + a.allocationSize)
+  // (bytes compared with the room left: p + bytes wraps for huge counts.)
+  if (!start || static_cast<const char*>(p) < start ||
+      bytes > a.allocationSize - size_t(static_cast<const char*>(p) - start))
     throw Error(occlInvalidArgument,
                 format("%s: %s (%p, %zu bytes) is not inside one live allocation", call, what, p, bytes));
+}
+
+// count elements of es bytes, times `copies` (nranks for the gathered side):
+// the byte count, refused if it does not fit in size_t (it would wrap to a
+// small number and pass the buffer checks).
+size_t checked_bytes(size_t count, size_t es, size_t copies, const char* call) {
+  size_t b = 0;
+  if (__builtin_mul_overflow(count, es, &b) || __builtin_mul_overflow(b, copies, &b))
+    throw Error(occlInvalidArgument,
+                format("%s: count %zu is too large (its byte count overflows)", call, count));
+  return b;
 }
 
 void check_comm(occlComm* c, const char* call) {
@@ -986,6 +999,7 @@ occlResult_t occlAllReduce(const void* send, void* recv, size_t count, occlDataT
   return guarded("occlAllReduce", [&] {
     check_comm(c, "occlAllReduce");
     const size_t es = type_size_checked(t, "occlAllReduce");
+    checked_bytes(count, es, 1, "occlAllReduce");
     check_reduction(t, op);
     check_buffer(c, send, count * es, "sendbuff", "occlAllReduce");
     check_buffer(c, recv, count * es, "recvbuff", "occlAllReduce");
@@ -1007,6 +1021,7 @@ occlResult_t occlReduce(const void* send, void* recv, size_t count, occlDataType
   return guarded("occlReduce", [&] {
     check_comm(c, "occlReduce");
     const size_t es = type_size_checked(t, "occlReduce");
+    checked_bytes(count, es, 1, "occlReduce");
     check_reduction(t, op);
     check_root(c, root, "occlReduce");
     check_buffer(c, send, count * es, "sendbuff", "occlReduce");
@@ -1024,6 +1039,7 @@ occlResult_t occlBroadcast(const void* send, void* recv, size_t count, occlDataT
   return guarded("occlBroadcast", [&] {
     check_comm(c, "occlBroadcast");
     const size_t es = type_size_checked(t, "occlBroadcast");
+    checked_bytes(count, es, 1, "occlBroadcast");
     check_root(c, root, "occlBroadcast");
     if (c->rank == root) check_buffer(c, send, count * es, "sendbuff", "occlBroadcast");
     check_buffer(c, recv, count * es, "recvbuff", "occlBroadcast");
@@ -1043,6 +1059,7 @@ occlResult_t occlAllGather(const void* send, void* recv, size_t count, occlDataT
   return guarded("occlAllGather", [&] {
     check_comm(c, "occlAllGather");
     const size_t es = type_size_checked(t, "occlAllGather");
+    checked_bytes(count, es, size_t(c->nranks), "occlAllGather");
     check_buffer(c, send, count * es, "sendbuff", "occlAllGather");
     check_buffer(c, recv, count * es * size_t(c->nranks), "recvbuff", "occlAllGather");
     const char* in = c->kv(send);
@@ -1061,6 +1078,7 @@ occlResult_t occlReduceScatter(const void* send, void* recv, size_t count, occlD
   return guarded("occlReduceScatter", [&] {
     check_comm(c, "occlReduceScatter");
     const size_t es = type_size_checked(t, "occlReduceScatter");
+    checked_bytes(count, es, size_t(c->nranks), "occlReduceScatter");
     check_reduction(t, op);
     check_buffer(c, send, count * es * size_t(c->nranks), "sendbuff", "occlReduceScatter");
     check_buffer(c, recv, count * es, "recvbuff", "occlReduceScatter");
@@ -1158,6 +1176,7 @@ occlResult_t occlSend(const void* send, size_t count, occlDataType_t t, int peer
   return guarded("occlSend", [&] {
     check_comm(c, "occlSend");
     const size_t es = type_size_checked(t, "occlSend");
+    checked_bytes(count, es, 1, "occlSend");
     if (peer < 0 || peer >= c->nranks || peer == c->rank)
       throw Error(occlInvalidArgument, format("occlSend: invalid peer %d", peer));
     check_buffer(c, send, count * es, "sendbuff", "occlSend");
@@ -1171,6 +1190,7 @@ occlResult_t occlRecv(void* recv, size_t count, occlDataType_t t, int peer, int6
   return guarded("occlRecv", [&] {
     check_comm(c, "occlRecv");
     const size_t es = type_size_checked(t, "occlRecv");
+    checked_bytes(count, es, 1, "occlRecv");
     if (peer < -1 || peer >= c->nranks || peer == c->rank)
       throw Error(occlInvalidArgument, format("occlRecv: invalid peer %d", peer));
     check_buffer(c, recv, count * es, "recvbuff", "occlRecv");

@@ -262,7 +262,10 @@ void* kernel_address(int device, const void* p, size_t n, std::string* why) {
     uintptr_t base;
     const Import* im = find_import(p, &base);
     const size_t off = reinterpret_cast<uintptr_t>(p) - base;
-    if (!im || off < im->alloc_off || off + n > im->alloc_off + im->alloc_size) {
+    // (n compared with the room left, not off + n with the end: a huge n
+    // would wrap around and pass. The fuzzer found orMemset(p, v, SIZE_MAX).)
+    if (!im || off < im->alloc_off || off >= im->alloc_off + im->alloc_size ||
+        n > im->alloc_off + im->alloc_size - off) {
       if (why) *why = format("range [%p, +%zu) is not inside a live allocation of openreg:%d "
                              "or an opened IPC allocation", p, n, device);
       return nullptr;
@@ -277,7 +280,7 @@ void* kernel_address(int device, const void* p, size_t n, std::string* why) {
                            "(freed, or never allocated)", p, device);
     return nullptr;
   }
-  if (off + n > it->first + it->second) {
+  if (n > it->first + it->second - off) {  // (not off + n: it wraps for huge n)
     if (why) *why = format("range [%p, +%zu) overruns its allocation of %zu bytes at %p "
                            "(openreg:%d)", p, n, it->second, a.base + it->first, device);
     return nullptr;

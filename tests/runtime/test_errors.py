@@ -98,3 +98,36 @@ class TestAsyncErrors:
             assert f"stream {rt.stream_id(stream)}" in msg
         finally:
             (rt.free_host if target == "pinned" else rt.free)(dst)
+
+
+@pytest.mark.runtime
+class TestHugeSizes:
+    """Sizes so large that pointer + size wraps around: refused by the range
+    checks, never run (found by tests/runtime/test_fuzz_api.py: orMemset(p, v,
+    SIZE_MAX) passed the check and wrote over the device's memory). In a child
+    process, since without the fix the call brings the process down."""
+
+    def test_wrapping_ranges_are_refused(self):
+        from tests._subprocess import run_python
+        from tests.runtime._helpers import CHILD_PRELUDE
+
+        code = CHILD_PRELUDE + (
+            "p = rt.malloc(4096)\n"
+            "host = ctypes.create_string_buffer(64)\n"
+            "h = ctypes.addressof(host)\n"
+            "calls = [lambda: rt.memset(p, 0x5A, 2**64 - 1),\n"
+            "         lambda: rt.memset(p + 100, 0, 2**64 - 100),\n"
+            "         lambda: rt.memcpy(p, p + 512, 2**64 - 1, rt.DeviceToDevice),\n"
+            "         lambda: rt.memcpy(h, p, 2**64 - 8, rt.DeviceToHost),\n"
+            "         lambda: rt.memcpy(p, h, 2**63, rt.HostToDevice)]\n"
+            "for call in calls:\n"
+            "    try:\n"
+            "        call()\n"
+            "    except rt.OpenRegError as e:\n"
+            "        assert e.name == 'orErrorInvalidValue' and 'overruns' in str(e), e\n"
+            "    else:\n"
+            "        raise AssertionError('a wrapping range was accepted')\n"
+            "rt.free(p)\n"
+            "print('OK')\n")
+        res = run_python(code, timeout=60)
+        assert res.returncode == 0 and res.stdout.strip() == "OK", (res.returncode, res.stderr[-2000:])

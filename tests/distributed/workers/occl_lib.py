@@ -334,7 +334,12 @@ elif case == "invalid":
     for call, why in [(lambda: comm.allreduce(d, d, 10, "float32", "band"), "band"),
                       (lambda: comm.allreduce(d, d, 10_000, "float32", "sum"), "allocation"),
                       (lambda: comm.broadcast(d, d, 10, "float32", root=world), "root"),
-                      (lambda: comm.allreduce(12345, 12345, 10, "float32", "sum"), "device")]:
+                      (lambda: comm.allreduce(12345, 12345, 10, "float32", "sum"), "device"),
+                      # Byte counts that wrap around size_t once multiplied
+                      # used to pass the buffer checks (found by fuzzing).
+                      (lambda: comm.allreduce(d, d, 2 ** 62, "float32", "sum"), "too large"),
+                      (lambda: comm.allgather(d, d, 2 ** 61, "float64"), "too large"),
+                      (lambda: comm.allreduce(d, d, 2 ** 64 - 1, "uint8", "sum"), "allocation")]:
         try:
             call()
         except oc.OcclError as e:
