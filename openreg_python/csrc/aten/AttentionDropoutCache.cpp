@@ -16,7 +16,7 @@ at::Tensor keep_mask(const at::Tensor& like, double dropout_p, DropoutRng rng) {
   const double p1m = 1.0 - dropout_p;
   at::parallel_for(0, (n + 3) / 4, 1 << 12, [&](int64_t g0, int64_t g1) {
     philox::for_groups<1>(rng.seed, rng.offset, n, g0, g1, [&](int64_t i, const uint32_t (&w)[1]) {
-      data[i] = double(w[0]) * (1.0 / 4294967296.0) < p1m;
+      data[i] = philox::to_unit32(w[0]) < p1m;  // bernoulli_'s rule
     });
   });
   return keep;

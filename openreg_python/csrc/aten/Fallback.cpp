@@ -385,18 +385,6 @@ namespace {
 // on a host copy of the source when the destination is on the host (so no
 // host tensor ends up with a quantizer over device memory). A source on
 // another openreg device goes through the host.
-// The bytes of a storage, as a dense uint8 tensor on its device.
-at::Tensor storage_bytes(const c10::Storage& st) {
-  const int64_t n = static_cast<int64_t>(st.nbytes());
-  if (st.device().type() == c10::DeviceType::PrivateUse1) {
-    return make_openreg_tensor(st, caffe2::TypeMeta::Make<uint8_t>(), {n}, {1}, 0);
-  }
-  auto t = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(st), c10::DispatchKeySet(c10::DispatchKey::CPU), caffe2::TypeMeta::Make<uint8_t>());
-  t.unsafeGetTensorImpl()->set_sizes_contiguous({n});
-  return t;
-}
-
 // quint4x2 and quint2x4 pack several values into a byte and the CPU has no
 // copy kernel for them: a copy of a whole contiguous tensor copies its bytes
 // (and the quantizer, as the CPU's quantized copy_ does).
@@ -425,19 +413,16 @@ void quantized_copy_(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   const at::Tensor src = (*stack)[n - 2].toTensor();
   const bool non_blocking = (*stack)[n - 1].toBool();
   auto host = [](const at::Tensor& t) { return t.is_quantized() ? quantized_to_cpu(t) : t.cpu(); };
-  if (copy_packed(self, src)) {
-    torch::jit::drop(*stack, 3);
-    torch::jit::push(*stack, std::move(self));
-    return;
-  }
-  if (!is_openreg(self)) {
+  if (!copy_packed(self, src)) {
+    if (is_openreg(self)) {
+      if (is_openreg(src) && self.device() != src.device()) (*stack)[n - 2] = host(src);
+      openreg_fallback<true>(op, ks, stack);
+      return;
+    }
     self.copy_(is_openreg(src) ? host(src) : src, non_blocking);
-    torch::jit::drop(*stack, 3);
-    torch::jit::push(*stack, std::move(self));
-    return;
   }
-  if (is_openreg(src) && self.device() != src.device()) (*stack)[n - 2] = host(src);
-  openreg_fallback<true>(op, ks, stack);
+  torch::jit::drop(*stack, 3);
+  torch::jit::push(*stack, std::move(self));
 }
 }  // namespace
 

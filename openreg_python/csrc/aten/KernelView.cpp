@@ -383,13 +383,27 @@ at::QuantizerPtr map_quantizer(const at::QuantizerPtr& q,
 }
 }  // namespace
 
-at::Tensor make_openreg_qtensor(c10::Storage storage, const caffe2::TypeMeta dtype,
-                                c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                                int64_t storage_offset, at::QuantizerPtr quantizer) {
+// A quantized tensor with `like`'s geometry over `storage`: key
+// QuantizedPrivateUse1 (an openreg tensor) or QuantizedCPU (an alias, a host
+// copy).
+at::Tensor make_qtensor(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like,
+                        at::QuantizerPtr quantizer) {
   auto t = at::detail::make_tensor<at::QTensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::QuantizedPrivateUse1), dtype,
-      std::move(quantizer));
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, storage_offset);
+      std::move(storage), c10::DispatchKeySet(key), like.dtype(), std::move(quantizer));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
+                                                 like.storage_offset());
+  return t;
+}
+
+at::Tensor storage_bytes(const c10::Storage& st) {
+  const int64_t n = static_cast<int64_t>(st.nbytes());
+  if (st.device().type() == c10::DeviceType::PrivateUse1) {
+    return make_openreg_tensor(st, caffe2::TypeMeta::Make<uint8_t>(), {n}, {1}, 0);
+  }
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(st), c10::DispatchKeySet(c10::DispatchKey::CPU),
+      caffe2::TypeMeta::Make<uint8_t>());
+  t.unsafeGetTensorImpl()->set_sizes_contiguous({n});
   return t;
 }
 
@@ -401,17 +415,9 @@ at::Tensor quantized_to_cpu(const at::Tensor& src) {
   // The whole storage's bytes (sub-byte dtypes pack several values into a
   // byte, so elements and bytes do not line up), and the quantizer with its
   // scales on the host.
-  const c10::Storage& st = src.storage();
-  at::Tensor bytes = make_openreg_tensor(st, caffe2::TypeMeta::Make<uint8_t>(),
-                                         {static_cast<int64_t>(st.nbytes())}, {1}, 0)
-                         .cpu();
-  at::QuantizerPtr q = quantizer_on(at::get_qtensorimpl(src)->quantizer(), at::kCPU);
-  auto out = at::detail::make_tensor<at::QTensorImpl>(
-      c10::Storage(bytes.storage()), c10::DispatchKeySet(c10::DispatchKey::QuantizedCPU),
-      src.dtype(), std::move(q));
-  out.unsafeGetTensorImpl()->set_sizes_and_strides(src.sizes(), src.strides(),
-                                                   src.storage_offset());
-  return out;
+  at::Tensor bytes = storage_bytes(src.storage()).cpu();
+  return make_qtensor(bytes.storage(), c10::DispatchKey::QuantizedCPU, src,
+                      quantizer_on(at::get_qtensorimpl(src)->quantizer(), at::kCPU));
 }
 // [docs:quantized-alias:end]
 
@@ -440,10 +446,9 @@ int AliasSet::alias_entry(const at::Tensor& t, bool write) {
     at::QuantizerPtr q = map_quantizer(at::get_qtensorimpl(t)->quantizer(),
                                        [this](const at::Tensor& x) { return alias(x); });
     StorageEntry& se = storage_alias(t.storage());
-    auto impl = c10::make_intrusive<at::QTensorImpl>(
-        c10::Storage(se.alias), c10::DispatchKeySet(c10::DispatchKey::QuantizedCPU), t.dtype(),
-        std::move(q));
-    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    auto impl = c10::intrusive_ptr<c10::TensorImpl>::reclaim(
+        make_qtensor(se.alias, c10::DispatchKey::QuantizedCPU, t, std::move(q))
+            .unsafeReleaseTensorImpl());
     c10::TensorImpl* raw = impl.get();
     tensors_.push_back({std::move(impl), ti, raw});
     return static_cast<int>(tensors_.size() - 1);
@@ -658,8 +663,8 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
   if (C10_UNLIKELY(cpu.is_quantized())) {
     at::QuantizerPtr q = map_quantizer(static_cast<at::QTensorImpl*>(ci)->quantizer(),
                                        [this](const at::Tensor& x) { return unwrap(x); });
-    *result = make_openreg_qtensor(std::move(st), cpu.dtype(), cpu.sizes(), cpu.strides(),
-                                   cpu.storage_offset(), std::move(q));
+    *result = make_qtensor(std::move(st), c10::DispatchKey::QuantizedPrivateUse1, cpu,
+                           std::move(q));
     return false;
   }
   // A result nobody else holds (the kernel's fresh output, held only by the

@@ -211,10 +211,13 @@ void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn) {
 at::Tensor make_openreg_tensor(c10::Storage storage, const caffe2::TypeMeta dtype,
                                c10::IntArrayRef sizes, c10::IntArrayRef strides,
                                int64_t storage_offset);
-// The same for a quantized openreg tensor (QuantizedPrivateUse1).
-at::Tensor make_openreg_qtensor(c10::Storage storage, const caffe2::TypeMeta dtype,
-                                c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                                int64_t storage_offset, at::QuantizerPtr quantizer);
+// A quantized tensor with `like`'s dtype and geometry over `storage`, with
+// dispatch key `key` (QuantizedPrivateUse1, or QuantizedCPU for an alias).
+at::Tensor make_qtensor(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like,
+                        at::QuantizerPtr quantizer);
+// The bytes of a storage (openreg or CPU), as a dense uint8 tensor on its
+// device.
+at::Tensor storage_bytes(const c10::Storage& st);
 // A quantized CPU copy of a quantized openreg tensor: the same bytes and
 // geometry, the quantizer's scales moved to the host.
 at::Tensor quantized_to_cpu(const at::Tensor& src);

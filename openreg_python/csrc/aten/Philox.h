@@ -96,6 +96,10 @@ inline float to_unit_float(uint32_t v) {
   return float(v & ((uint32_t(1) << 24) - 1)) * (1.0f / float(uint32_t(1) << 24));
 }
 
+// A word as a uniform in [0, 1) with 32-bit resolution: bernoulli's
+// u < p (bernoulli_, dropout's mask, SDPA's fused mask alike).
+inline double to_unit32(uint32_t v) { return double(v) * (1.0 / 4294967296.0); }
+
 // The offset a call that fills n elements consumes: n rounded up to 4.
 inline uint64_t increment_for(uint64_t n) { return (n + 3) / 4 * 4; }
 

@@ -219,15 +219,10 @@ struct GeometricKernel {
     AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "geometric_openreg", [&] {
       using real = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
       const real pp = static_cast<real>(p);
-      constexpr int J = std::is_same_v<scalar_t, double> ? 2 : 1;
+      constexpr int J = unit_words<real>();
       philox_fill<scalar_t, J>(self, take(self, gen), "aten::geometric_",
                                [=](int64_t, const uint32_t (&w)[J]) {
-        real u;  // (0, 1], as curand_uniform: log(u) is finite
-        if constexpr (J == 2) {
-          u = real(1) - static_cast<real>(philox::to_unit_double(philox::u64(w[0], w[1])));
-        } else {
-          u = real(1) - philox::to_unit_float(w[0]);
-        }
+        const real u = real(1) - unit<real>(w);  // (0, 1], as curand_uniform: log(u) is finite
         return static_cast<scalar_t>(at::transformation::geometric<real>(u, pp));
       });
     });
@@ -302,9 +297,7 @@ struct RandomFromToKernel {
   }
 };
 
-// bernoulli: u < p with u = word / 2^32.
-inline double unit32(uint32_t w) { return double(w) * (1.0 / 4294967296.0); }
-
+// bernoulli: u < p with u = word / 2^32 (philox::to_unit32).
 template <typename RNG>
 struct BernoulliScalarKernel {
   void operator()(const at::TensorBase& base, double p, std::optional<at::Generator> gen) {
@@ -312,7 +305,7 @@ struct BernoulliScalarKernel {
     AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, self.scalar_type(), "bernoulli_scalar_openreg", [&] {
       philox_fill<scalar_t, 1>(self, take(self, gen), "aten::bernoulli_",
                                [=](int64_t, const uint32_t (&w)[1]) {
-        return static_cast<scalar_t>(unit32(w[0]) < p);
+        return static_cast<scalar_t>(philox::to_unit32(w[0]) < p);
       });
     });
   }
@@ -333,7 +326,7 @@ struct BernoulliTensorKernel {
       philox_fill<scalar_t, 1>(self, rng, "aten::bernoulli_", [pd](int64_t i, const uint32_t (&w)[1]) {
         const double pi = pd[i];
         TORCH_CHECK(pi >= 0 && pi <= 1, "bernoulli_ expects all elements of p to be in [0, 1], got ", pi);
-        return static_cast<scalar_t>(unit32(w[0]) < pi);
+        return static_cast<scalar_t>(philox::to_unit32(w[0]) < pi);
       });
     });
   }
