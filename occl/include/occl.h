@@ -35,14 +35,18 @@ typedef enum occlResult_t {
   occlInProgress = 7,       // the queried operation has not finished yet
 } occlResult_t;
 
-typedef enum occlDataType_t {
+// The input enums have a fixed int underlying type in C++ (OR_INT_ENUM, from
+// openreg.h): any value a caller casts in is then a valid enum value that
+// liboccl can check and refuse; with a plain enum, a value outside its range
+// is undefined behaviour before any check runs.
+typedef enum occlDataType_t OR_INT_ENUM {
   occlInt8, occlUint8, occlInt16, occlUint16, occlInt32, occlUint32,
   occlInt64, occlUint64, occlFloat16, occlBFloat16, occlFloat32, occlFloat64,
   occlBool, occlComplex64, occlComplex128,
   occlNumTypes
 } occlDataType_t;
 
-typedef enum occlRedOpKind_t {
+typedef enum occlRedOpKind_t OR_INT_ENUM {
   occlSum, occlProd, occlMin, occlMax,
   occlAvg,        // sum / nranks (integer types: truncating division)
   occlPreMulSum,  // sum of (scalar * x), NCCL's ncclRedOpCreatePreMulSum

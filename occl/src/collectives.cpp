@@ -143,9 +143,25 @@ orError_t run_op(void* p) {
 }
 // [docs:occl-op:end]
 
+// The stream a call is enqueued on: a live stream of the communicator's
+// device (0: the device's default stream). Refused before the operation takes
+// a sequence number: a bad argument must not break the communicator.
+void check_stream(occlComm* c, orStream_t stream, const char* call) {
+  if (!stream) return;
+  int dev = -1;
+  if (orStreamGetDevice(stream, &dev) != orSuccess) {
+    orGetLastError();
+    throw Error(occlInvalidArgument, format("%s: stream: %s", call, orGetLastErrorMessage()));
+  }
+  if (dev != c->device)
+    throw Error(occlInvalidArgument, format("%s: the stream belongs to device openreg:%d, the "
+                                            "communicator to openreg:%d", call, dev, c->device));
+}
+
 occlResult_t enqueue(occlComm* c, const char* name, std::string describe, orStream_t stream,
                      std::function<void(const OpCtx&)> body, Attempt try_first = {}) {
   if (c->aborting.load()) return set_last_error(occlRemoteError, std::string(name) + ": communicator aborted");
+  check_stream(c, stream, name);
   auto* op = new Op{c, 0, name, std::move(describe), std::move(body), std::move(try_first),
                     std::this_thread::get_id()};
   op->seq = c->enqueued.fetch_add(1) + 1;
@@ -173,8 +189,11 @@ occlResult_t enqueue(occlComm* c, const char* name, std::string describe, orStre
   return occlSuccess;
 }
 
-// Host-side checks of a device buffer of `bytes` bytes.
-void check_buffer(occlComm* c, const void* p, size_t bytes, const char* what, const char* call) {
+// Host-side checks of a device buffer: `bytes` bytes from `off` bytes past
+// `p` (alltoallv's blocks: the offset is the caller's displacement, checked
+// before any pointer is formed from it).
+void check_buffer_at(occlComm* c, const void* p, size_t off, size_t bytes, const char* what,
+                     const char* call) {
   if (bytes == 0) return;
   if (!p) throw Error(occlInvalidArgument, format("%s: %s is NULL", call, what));
   orPointerAttributes a;
@@ -186,11 +205,21 @@ void check_buffer(occlComm* c, const void* p, size_t bytes, const char* what, co
     throw Error(occlInvalidArgument,
                 format("%s: %s (%p) is not memory of device openreg:%d", call, what, p, c->device));
   const char* start = static_cast<const char*>(a.devicePointer);
-  // (bytes compared with the room left: p + bytes wraps for huge counts.)
-  if (!start || static_cast<const char*>(p) < start ||
-      bytes > a.allocationSize - size_t(static_cast<const char*>(p) - start))
+  // (sizes compared with the room left: p + off + bytes wraps for huge counts.)
+  const size_t room = start && static_cast<const char*>(p) >= start
+                          ? a.allocationSize - std::min(a.allocationSize,
+                                                        size_t(static_cast<const char*>(p) - start))
+                          : 0;
+  if (!start || off > room || bytes > room - off)
     throw Error(occlInvalidArgument,
-                format("%s: %s (%p, %zu bytes) is not inside one live allocation", call, what, p, bytes));
+                off ? format("%s: %s (%p + %zu, %zu bytes) is not inside one live allocation",
+                             call, what, p, off, bytes)
+                    : format("%s: %s (%p, %zu bytes) is not inside one live allocation", call,
+                             what, p, bytes));
+}
+
+void check_buffer(occlComm* c, const void* p, size_t bytes, const char* what, const char* call) {
+  check_buffer_at(c, p, 0, bytes, what, call);
 }
 
 // count elements of es bytes, times `copies` (nranks for the gathered side):
@@ -417,7 +446,8 @@ void export_buffer(const void* dev, IpcBuf* b) {
 // input and output (this rank's own: in/out).
 void exchange_buffers(occlComm* c, const OpCtx& ctx, const OpDesc& d, const void* send_dev,
                       const void* recv_dev, const char* in, char* out,
-                      std::vector<const char*>& pin, std::vector<char*>& pout) {
+                      std::vector<const char*>& pin, std::vector<char*>& pout,
+                      size_t in_bytes, size_t out_bytes) {
   const int par = c->parity();
   auto* mine = reinterpret_cast<ZcPost*>(c->self().slot(par));
   export_buffer(send_dev, &mine->in);
@@ -435,9 +465,9 @@ void exchange_buffers(occlComm* c, const OpCtx& ctx, const OpDesc& d, const void
     memcpy(&theirs, c->peers[size_t(p)].slot(par), sizeof(theirs));
     const IpcBuf none{};
     if (memcmp(&theirs.in, &none, sizeof(none)) != 0)
-      pin[size_t(p)] = c->peer_buffer(p, theirs.in.handle, theirs.in.off);
+      pin[size_t(p)] = c->peer_buffer(p, theirs.in.handle, theirs.in.off, in_bytes);
     if (memcmp(&theirs.out, &none, sizeof(none)) != 0)
-      pout[size_t(p)] = c->peer_buffer(p, theirs.out.handle, theirs.out.off);
+      pout[size_t(p)] = c->peer_buffer(p, theirs.out.handle, theirs.out.off, out_bytes);
   }
 }
 
@@ -583,7 +613,7 @@ void allreduce_zc(occlComm* c, const OpCtx& ctx, const void* send_dev, void* rec
   std::vector<const char*> pin;
   std::vector<char*> pout;
   exchange_buffers(c, ctx, desc(kAllReduce, t, seq, count, -1, op.kind, 0), send_dev, recv_dev,
-                   in, out, pin, pout);
+                   in, out, pin, pout, count * es, count * es);
   const size_t chunk = std::max<size_t>(1, zc_chunk_bytes() / es);
   const size_t nchunks = ceil_div(count, chunk);
   auto chunk_len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
@@ -618,7 +648,7 @@ void broadcast_zc(occlComm* c, const OpCtx& ctx, const void* send_dev, void* rec
   std::vector<const char*> pin;
   std::vector<char*> pout;
   exchange_buffers(c, ctx, desc(kBroadcast, t, seq, count, root, occlSum, 0),
-                   c->rank == root ? send_dev : nullptr, nullptr, in, out, pin, pout);
+                   c->rank == root ? send_dev : nullptr, nullptr, in, out, pin, pout, bytes, 0);
   if (c->rank == root) {
     if (in != out) memmove(out, in, bytes);
   } else {
@@ -634,7 +664,7 @@ void allgather_zc(occlComm* c, const OpCtx& ctx, const void* send_dev, const cha
   std::vector<const char*> pin;
   std::vector<char*> pout;
   exchange_buffers(c, ctx, desc(kAllGather, t, seq, count, -1, occlSum, 0), send_dev, nullptr,
-                   in, out, pin, pout);
+                   in, out, pin, pout, bytes, 0);
   for (int p = 0; p < c->nranks; ++p) {
     char* dst = out + size_t(p) * bytes;
     if (pin[size_t(p)] != dst) memmove(dst, pin[size_t(p)], bytes);
@@ -650,7 +680,7 @@ void reduce_scatter_zc(occlComm* c, const OpCtx& ctx, const void* send_dev, cons
   std::vector<const char*> pin;
   std::vector<char*> pout;
   exchange_buffers(c, ctx, desc(kReduceScatter, t, seq, count, -1, op.kind, 0), send_dev,
-                   nullptr, in, out, pin, pout);
+                   nullptr, in, out, pin, pout, size_t(n) * count * es, 0);
   const size_t at = size_t(me) * count * es;
   std::vector<const void*> srcs(size_t(n), nullptr);
   for (int p = 0; p < n; ++p) srcs[size_t(p)] = pin[size_t(p)] + at;
@@ -792,6 +822,20 @@ void ring_read(char* dst, const char* data, uint64_t pos, size_t n) {
   if (n > first) memcpy(dst + first, data, n - first);
 }
 
+// A ring's counters live in shared memory that the peer (another process)
+// writes: more bytes in use than the ring holds means a corrupted block, and
+// trusting it would make the copies run past the ring's end.
+uint64_t ring_used(occlComm* c, const OpCtx& ctx, const RingHeader* r, int from, int to) {
+  const uint64_t used = r->head.load(std::memory_order_acquire) - r->tail.load(std::memory_order_acquire);
+  if (used > kRingBytes)
+    throw Error(occlRemoteError,
+                format("%s (seq %llu): the ring from rank %d to rank %d claims %llu bytes in use "
+                       "(it holds %zu): its shared control block is corrupted",
+                       ctx.name, (unsigned long long)ctx.seq, from, to, (unsigned long long)used,
+                       kRingBytes));
+  return used;
+}
+
 // Over TCP a send queues the whole message as one frame (sent by the pump,
 // and flushed before the operation ends); a receive takes the next message
 // from the peer's inbox.
@@ -818,12 +862,12 @@ bool take_tcp_message(occlComm* c, const OpCtx& ctx, P2P& s) {
 }
 
 // One step of a send; true if it moved anything.
-bool progress_send(occlComm* c, P2P& s) {
+bool progress_send(occlComm* c, const OpCtx& ctx, P2P& s) {
   if (c->peers[size_t(s.peer)].tcp) return progress_send_tcp(c, s);
   RingHeader* r = c->self().ring(s.peer);
   char* data = c->self().ring_data(s.peer);
   const uint64_t head = r->head.load(std::memory_order_relaxed);
-  const uint64_t free_bytes = kRingBytes - (head - r->tail.load(std::memory_order_acquire));
+  const uint64_t free_bytes = kRingBytes - ring_used(c, ctx, r, c->rank, s.peer);
   uint64_t h = head;
   if (!s.header) {
     if (free_bytes < sizeof(MsgHeader)) return false;
@@ -833,7 +877,7 @@ bool progress_send(occlComm* c, P2P& s) {
     s.header = true;
   }
   const size_t padded = pad16(s.bytes);
-  const size_t room = kRingBytes - (h - r->tail.load(std::memory_order_acquire));
+  const size_t room = free_bytes - (h - head);
   const size_t n = std::min(room, padded - s.done);
   if (n) {
     const size_t real = s.done < s.bytes ? std::min(n, s.bytes - s.done) : 0;
@@ -872,7 +916,7 @@ bool progress_recv(occlComm* c, const OpCtx& ctx, P2P& s) {
   const char* data = c->peers[size_t(s.peer)].ring_data(c->rank);
   const uint64_t tail = r->tail.load(std::memory_order_relaxed);
   uint64_t t = tail;
-  const uint64_t head = r->head.load(std::memory_order_acquire);
+  const uint64_t head = tail + ring_used(c, ctx, r, s.peer, c->rank);
   if (!s.header) {
     if (head - t < sizeof(MsgHeader)) return false;
     MsgHeader m;
@@ -916,7 +960,7 @@ void run_p2p(occlComm* c, const OpCtx& ctx, std::vector<P2P>& ops) {
       all = false;
       const int p = s.peer;
       if (p >= 0 && (s.send ? busy_send : busy_recv)[size_t(p)]) continue;  // keep order
-      moved |= s.send ? progress_send(c, s) : progress_recv(c, ctx, s);
+      moved |= s.send ? progress_send(c, ctx, s) : progress_recv(c, ctx, s);
       if (!s.finished && s.peer >= 0) (s.send ? busy_send : busy_recv)[size_t(s.peer)] = 1;
     }
     if (all) {
@@ -975,6 +1019,7 @@ occlResult_t launch_p2p(occlComm* c, orStream_t stream, std::vector<P2P> ops) {
 }
 
 occlResult_t add_p2p(occlComm* c, orStream_t stream, P2P op, const char* call) {
+  check_stream(c, stream, call);
   if (t_group.depth > 0) {
     if (t_group.comm && (t_group.comm != c || t_group.stream != stream))
       throw Error(occlInvalidUsage, format("%s: one group may use one communicator and stream", call));
@@ -1100,10 +1145,11 @@ occlResult_t alltoallv_impl(const char* call, const char* name, uint32_t kind, i
                             occlDataType_t t, occlComm_t c, orStream_t stream) {
   const size_t es = type_size_checked(t, call);
   for (int p = 0; p < c->nranks; ++p) {
-    check_buffer(c, static_cast<const char*>(send) + sd[size_t(p)] * es, sc[size_t(p)] * es,
-                 "sendbuff block", call);
-    check_buffer(c, static_cast<const char*>(recv) + rd[size_t(p)] * es, rc[size_t(p)] * es,
-                 "recvbuff block", call);
+    const size_t P = size_t(p);
+    if (sc[P]) check_buffer_at(c, send, checked_bytes(sd[P], es, 1, call),
+                               checked_bytes(sc[P], es, 1, call), "sendbuff block", call);
+    if (rc[P]) check_buffer_at(c, recv, checked_bytes(rd[P], es, 1, call),
+                               checked_bytes(rc[P], es, 1, call), "recvbuff block", call);
   }
   const char* in = c->kv(send);
   char* out = c->kv(recv);
@@ -1133,6 +1179,9 @@ occlResult_t occlGather(const void* send, void* recv, size_t count, occlDataType
     check_comm(c, "occlGather");
     check_root(c, root, "occlGather");
     const size_t n = size_t(c->nranks);
+    // The root's side holds n * count elements: refused if that overflows
+    // (the displacements p * count below would wrap).
+    checked_bytes(count, type_size_checked(t, "occlGather"), n, "occlGather");
     std::vector<size_t> sc(n, 0), sd(n, 0), rc(n, 0), rd(n, 0);
     sc[size_t(root)] = count;
     for (size_t p = 0; p < n; ++p) {
@@ -1150,6 +1199,9 @@ occlResult_t occlScatter(const void* send, void* recv, size_t count, occlDataTyp
     check_comm(c, "occlScatter");
     check_root(c, root, "occlScatter");
     const size_t n = size_t(c->nranks);
+    // The root's side holds n * count elements: refused if that overflows
+    // (the displacements p * count below would wrap).
+    checked_bytes(count, type_size_checked(t, "occlScatter"), n, "occlScatter");
     std::vector<size_t> sc(n, 0), sd(n, 0), rc(n, 0), rd(n, 0);
     rc[size_t(root)] = count;
     for (size_t p = 0; p < n; ++p) {

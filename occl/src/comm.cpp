@@ -104,8 +104,10 @@ void occlComm::check_peer(const OpCtx& ctx, int p, const char* what) {
   Peer& peer = peers[size_t(p)];
   if (peer.ctrl()->aborted.v.load(std::memory_order_acquire)) {
     throw Error(occlRemoteError,
-                format("%s (seq %llu): rank %d aborted while this rank (%d) was waiting for %s: %s",
+                format("%s (seq %llu): rank %d aborted while this rank (%d) was waiting for %s: %.*s",
                        ctx.name, (unsigned long long)ctx.seq, p, rank, what,
+                       // bounded: the peer's block may not hold a terminated string
+                       int(strnlen(peer.ctrl()->abort_reason, sizeof(Ctrl::abort_reason) - 1)),
                        peer.ctrl()->abort_reason));
   }
   if (pid_exited(peer.pidfd)) {
@@ -199,7 +201,7 @@ void occlComm::check_round(const OpCtx& ctx, uint32_t target, const OpDesc& desc
     if (!(d == desc)) {
       throw Error(occlInvalidUsage,
                   format("mismatched collectives: rank %d called %s (seq %llu, count %llu, %s, "
-                         "root %d, op %s) but rank %d called %s(seq %llu, count %llu, %s, root %d, "
+                         "root %d, op %s) but rank %d called %s (seq %llu, count %llu, %s, root %d, "
                          "op %s)",
                          rank, ctx.name, (unsigned long long)desc.seq,
                          (unsigned long long)desc.count, type_name(occlDataType_t(desc.dtype)),
@@ -302,7 +304,7 @@ void occlComm::fail(uint64_t seq, occlResult_t r, const std::string& msg) {
   }
 }
 
-char* occlComm::peer_buffer(int p, const orIpcMemHandle_t& handle, uint64_t off) {
+char* occlComm::peer_buffer(int p, const orIpcMemHandle_t& handle, uint64_t off, size_t bytes) {
   auto& cache = ipc_cache[size_t(p)];
   const std::string key(handle.reserved, sizeof(handle.reserved));
   auto it = cache.find(key);
@@ -328,9 +330,19 @@ char* occlComm::peer_buffer(int p, const orIpcMemHandle_t& handle, uint64_t off)
       throw Error(occlSystemError, format("rank %d's mapped buffer has no kernel view", p));
     }
     e.kv = static_cast<char*>(a.hostPointer);
+    e.size = a.allocationSize;
     it = cache.emplace(key, e).first;
   }
   it->second.used = ++ipc_clock;
+  // The offset and size come from the peer's slot: memory another process
+  // can write. Checked (without wrapping) before this rank reads or writes
+  // through them, so a corrupted slot fails the operation instead of
+  // sending this rank outside the mapping.
+  const size_t size = it->second.size;
+  if (off > size || bytes > size - off)
+    throw Error(occlRemoteError,
+                format("rank %d published a buffer of %zu bytes at offset %llu of an allocation of "
+                       "%zu bytes (a corrupted slot?)", p, bytes, (unsigned long long)off, size));
   return it->second.kv + off;
 }
 
@@ -520,11 +532,14 @@ std::unique_ptr<occlComm> new_comm(int nranks, int rank, const occlConfig_t* cfg
   c->name = cfg->name ? cfg->name : "occl";
   c->sent_bytes.assign(size_t(nranks), 0);
   c->recv_bytes.assign(size_t(nranks), 0);
-  if (orDeviceGetKernelViewOffset(cfg->device, &c->kview_offset) != orSuccess) {
+  orDeviceProp prop;
+  if (orDeviceGetKernelViewOffset(cfg->device, &c->kview_offset) != orSuccess ||
+      orGetDeviceProperties(&prop, cfg->device) != orSuccess) {
     orGetLastError();
     throw Error(occlInvalidArgument,
                 format("device openreg:%d: %s", cfg->device, orGetLastErrorMessage()));
   }
+  c->device_bytes = prop.totalGlobalMem;
   return c;
 }
 
@@ -712,7 +727,7 @@ const char* occlCommGetErrorMessage(occlComm_t comm) {
 uint64_t occlCommLastSeq(occlComm_t comm) { return comm ? comm->enqueued.load() : 0; }
 
 occlResult_t occlCommQuerySeq(occlComm_t comm, uint64_t seq) {
-  if (!comm) return occlInvalidArgument;
+  if (!comm) return set_last_error(occlInvalidArgument, "occlCommQuerySeq: comm is NULL");
   std::lock_guard<std::mutex> g(comm->err_mu);
   if (comm->error != occlSuccess && comm->error_seq <= seq) return comm->error;
   if (comm->completed.load() < seq) return occlInProgress;

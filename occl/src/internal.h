@@ -204,6 +204,7 @@ struct occlComm {
   std::string name;
   std::string store_prefix;
   intptr_t kview_offset = 0;  // device address -> address kernels use
+  size_t device_bytes = 0;    // the device's capacity (bounds a TCP message)
 
   // Shared memory: peers[rank] is this rank's own segment.
   std::vector<occl::Peer> peers;
@@ -247,13 +248,15 @@ struct occlComm {
   struct IpcEntry {
     void* dev = nullptr;  // as returned by orIpcOpenMemHandle
     char* kv = nullptr;   // its kernel view
+    size_t size = 0;      // of the allocation
     uint64_t used = 0;    // LRU stamp
   };
   std::vector<std::map<std::string, IpcEntry>> ipc_cache;  // per peer
   uint64_t ipc_clock = 0;
   // The kernel-view address of `off` bytes into the allocation named by
-  // `handle`, exported by rank `p` (opened on first use).
-  char* peer_buffer(int p, const orIpcMemHandle_t& handle, uint64_t off);
+  // `handle`, exported by rank `p` (opened on first use), where `bytes`
+  // bytes must lie inside the allocation.
+  char* peer_buffer(int p, const orIpcMemHandle_t& handle, uint64_t off, size_t bytes);
   void close_ipc();
 
   // Collective engine state, touched only by the (single, stream-ordered)

@@ -316,8 +316,65 @@ size_t round_meta_len(const FrameHdr& h) {
   return sizeof(SlotHeader) + size_t(h.b) * sizeof(RangeHdr);
 }
 
+[[noreturn]] void malformed(occlComm* c, const OpCtx& ctx, int p, const std::string& what) {
+  throw Error(occlRemoteError,
+              format("%s (seq %llu): rank %d sent a malformed frame (%s) while this rank (%d) was "
+                     "exchanging with it: closing the connection",
+                     ctx.name, (unsigned long long)ctx.seq, p, what.c_str(), c->rank));
+}
+
+// [docs:occl-tcp-validate]
+// A frame header from rank p, checked before anything is allocated or
+// written for it: a known type, sizes that a well-behaved peer can send
+// (a round carries at most the two slots, a message at most what a device
+// of this rank can hold), rounds in order. A peer that sends anything else
+// (a bug, a corrupted stream, a hostile process that learned the job's
+// token) fails the operation with a clear error instead of making this rank
+// allocate what it asks for, write outside the mirror, or spin on a frame
+// whose length disagrees with its contents.
+void check_header(occlComm* c, const OpCtx& ctx, int p, const FrameHdr& h) {
+  const Peer& peer = c->peers[size_t(p)];
+  if (h.type == kRoundFrame) {
+    if (h.b > 2) malformed(c, ctx, p, format("a round with %llu slot ranges", (unsigned long long)h.b));
+    const size_t meta = round_meta_len(h);
+    if (h.len < meta || h.len - meta > 2 * kSlotBytes)
+      malformed(c, ctx, p, format("a round of %llu bytes", (unsigned long long)h.len));
+    const uint32_t next = peer.tcp_step + 1;
+    if (h.a != next)
+      malformed(c, ctx, p, format("round %llu where round %u was due", (unsigned long long)h.a, next));
+  } else if (h.type == kMessageFrame) {
+    if (h.b != h.len || h.len > c->device_bytes)
+      malformed(c, ctx, p, format("a message of %llu bytes (this device holds %zu)",
+                                  (unsigned long long)h.len, c->device_bytes));
+  } else if (h.type != kDataFrame) {
+    malformed(c, ctx, p, format("unknown frame type %u", h.type));
+  }
+}
+
+// A round frame's slot ranges, once its meta part has arrived: inside the
+// slots, and exactly as many bytes as the frame says it carries.
+void check_ranges(occlComm* c, const OpCtx& ctx, int p, const FrameHdr& h) {
+  const char* ranges = c->peers[size_t(p)].in_body.get() + sizeof(SlotHeader);
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < h.b; ++i) {
+    RangeHdr r;
+    memcpy(&r, ranges + i * sizeof(RangeHdr), sizeof(r));
+    // (compared with the room left: off + len wraps for huge values.)
+    if (r.parity > 1 || r.off > kSlotBytes || r.len > kSlotBytes - r.off)
+      malformed(c, ctx, p, format("slot range %llu+%llu of slot %llu", (unsigned long long)r.off,
+                                  (unsigned long long)r.len, (unsigned long long)r.parity));
+    total += r.len;
+  }
+  if (total != h.len - round_meta_len(h))
+    malformed(c, ctx, p, format("a round whose ranges hold %llu bytes but whose body holds %llu",
+                                (unsigned long long)total,
+                                (unsigned long long)(h.len - round_meta_len(h))));
+}
+// [docs:occl-tcp-validate:end]
+
 // Where byte `got` of the body of the frame being received goes, and how
-// many bytes from there belong together.
+// many bytes from there belong together (check_header and check_ranges have
+// vetted the frame).
 void body_target(occlComm* c, int p, const FrameHdr& h, size_t got, char** dst, size_t* want) {
   Peer& peer = c->peers[size_t(p)];
   if (h.type == kDataFrame) {  // straight into its posted buffer
@@ -326,8 +383,18 @@ void body_target(occlComm* c, int p, const FrameHdr& h, size_t got, char** dst, 
     return;
   }
   if (h.type != kRoundFrame) {
+    // A message's buffer grows with the bytes that actually arrive (at
+    // least doubling), so a header that announces a huge message costs
+    // nothing until the peer sends that much.
+    if (got == peer.in_cap) {
+      const size_t cap = std::min<size_t>(h.len, std::max<size_t>(2 * peer.in_cap, 1 << 20));
+      std::unique_ptr<char[]> body(new char[cap]);
+      if (got) memcpy(body.get(), peer.in_body.get(), got);
+      peer.in_body = std::move(body);
+      peer.in_cap = cap;
+    }
     *dst = peer.in_body.get() + got;
-    *want = size_t(h.len) - got;
+    *want = peer.in_cap - got;
     return;
   }
   const size_t meta = round_meta_len(h);
@@ -341,8 +408,6 @@ void body_target(occlComm* c, int p, const FrameHdr& h, size_t got, char** dst, 
   for (uint64_t i = 0; i < h.b; ++i) {
     RangeHdr r;
     memcpy(&r, ranges + i * sizeof(RangeHdr), sizeof(r));
-    if (r.parity > 1 || r.off + r.len > kSlotBytes)
-      throw Error(occlInternalError, format("rank %d sent a malformed round frame", p));
     if (rel < r.len) {
       *dst = peer.slot(int(r.parity)) + r.off + rel;
       *want = size_t(r.len - rel);
@@ -350,7 +415,7 @@ void body_target(occlComm* c, int p, const FrameHdr& h, size_t got, char** dst, 
     }
     rel -= r.len;
   }
-  throw Error(occlInternalError, format("rank %d sent a malformed round frame", p));
+  throw Error(occlInternalError, format("rank %d's round frame: no range for byte %zu", p, got));
 }
 
 void deliver(occlComm* c, int p, const FrameHdr& h) {
@@ -367,7 +432,7 @@ void deliver(occlComm* c, int p, const FrameHdr& h) {
     peer.inbox.push_back(TcpMessage{int64_t(h.a), std::move(peer.in_body), size_t(h.len)});
     peer.in_cap = 0;
   } else {
-    throw Error(occlInternalError, format("rank %d sent an unknown frame", p));
+    throw Error(occlInternalError, format("rank %d: frame type %u passed the checks", p, h.type));
   }
 }
 
@@ -432,11 +497,14 @@ void occlComm::tcp_pump(const OpCtx& ctx, int timeout_ms) {
           if (peer.in_got < kH) continue;
           memcpy(&h, peer.in_hdr.data(), kH);
           if (h.magic != kFrameMagic) lost(this, ctx, p, "carried garbage");
+          check_header(this, ctx, p, h);
           // A round frame's slot data goes straight into the mirror: only
           // its header part is buffered. A message is buffered whole.
-          const size_t buffered = h.type == kRoundFrame ? round_meta_len(h)
-                                  : h.type == kDataFrame ? 0 : size_t(h.len);
-          if (peer.in_cap < buffered || !peer.in_body) {
+          const size_t buffered = h.type == kRoundFrame ? round_meta_len(h) : 0;
+          if (h.type == kMessageFrame) {  // body_target grows it as the bytes arrive
+            peer.in_body.reset();
+            peer.in_cap = 0;
+          } else if (peer.in_cap < buffered || !peer.in_body) {
             peer.in_body.reset(new char[std::max<size_t>(1, buffered)]);
             peer.in_cap = buffered;
           }
@@ -468,6 +536,7 @@ void occlComm::tcp_pump(const OpCtx& ctx, int timeout_ms) {
           }
           peer.in_got += size_t(r);
           got += size_t(r);
+          if (h.type == kRoundFrame && got == round_meta_len(h)) check_ranges(this, ctx, p, h);
         }
         if (got == h.len) {
           peer.in_got = 0;

@@ -86,21 +86,27 @@ class FileStore : public occlStore {
   double timeout_s_;
 };
 
-occlRedOp_t redop(const std::string& name, double scalar) {
+// A reduce op or data type by name, or (for the fuzz tests) by its raw
+// enum value, valid or not: liboccl must refuse the invalid ones itself.
+occlRedOp_t redop(py::handle name, double scalar) {
+  if (py::isinstance<py::int_>(name)) return occlRedOp_t{occlRedOpKind_t(name.cast<int>()), scalar};
   static const char* names[] = {"sum", "prod", "min", "max", "avg", "premul_sum",
                                 "band", "bor", "bxor"};
+  const std::string s = name.cast<std::string>();
   for (int i = 0; i < occlNumOps; ++i)
-    if (name == names[i]) return occlRedOp_t{occlRedOpKind_t(i), scalar};
-  throw std::invalid_argument("unknown reduce op " + name);
+    if (s == names[i]) return occlRedOp_t{occlRedOpKind_t(i), scalar};
+  throw std::invalid_argument("unknown reduce op " + s);
 }
 
-occlDataType_t dtype(const std::string& name) {
+occlDataType_t dtype(py::handle name) {
+  if (py::isinstance<py::int_>(name)) return occlDataType_t(name.cast<int>());
   static const char* names[] = {"int8", "uint8", "int16", "uint16", "int32", "uint32",
                                 "int64", "uint64", "float16", "bfloat16", "float32",
                                 "float64", "bool", "complex64", "complex128"};
+  const std::string s = name.cast<std::string>();
   for (int i = 0; i < occlNumTypes; ++i)
-    if (name == names[i]) return occlDataType_t(i);
-  throw std::invalid_argument("unknown dtype " + name);
+    if (s == names[i]) return occlDataType_t(i);
+  throw std::invalid_argument("unknown dtype " + s);
 }
 
 void* V(uintptr_t p) { return reinterpret_cast<void*>(p); }
@@ -145,7 +151,42 @@ PYBIND11_MODULE(_occl_testing, m) {
   g_error = error.ptr();
   g_error = error.release().ptr();
 
-  m.def("type_size", [](const std::string& t) { return occlTypeSize(dtype(t)); });
+  m.def("type_size", [](py::handle t) { return occlTypeSize(dtype(t)); });
+  // Every entry point that takes a communicator, called with NULL (and
+  // otherwise valid arguments): [(name, result, message)].
+  m.def("null_comm_calls", []() {
+    std::vector<std::tuple<std::string, std::string, std::string>> out;
+    auto rec = [&](const char* name, occlResult_t r) {
+      out.emplace_back(name, result_name(r), r == occlSuccess ? "" : occlGetLastError());
+    };
+    const occlRedOp_t sum{occlSum, 1.0};
+    size_t counts[1] = {0};
+    int n = 0;
+    occlResult_t async = occlSuccess;
+    occlComm_t out_comm = nullptr;
+    occlConfig_t cfg{0, 1000, "null"};
+    rec("occlCommCount", occlCommCount(nullptr, &n));
+    rec("occlCommUserRank", occlCommUserRank(nullptr, &n));
+    rec("occlCommGetAsyncError", occlCommGetAsyncError(nullptr, &async));
+    rec("occlCommSplit", occlCommSplit(nullptr, 0, 0, &out_comm, &cfg));
+    rec("occlCommDestroy", occlCommDestroy(nullptr));
+    rec("occlCommAbort", occlCommAbort(nullptr));
+    rec("occlCommQuerySeq", occlCommQuerySeq(nullptr, 1));
+    rec("occlCommInitRank", occlCommInitRank(nullptr, 1, 0, nullptr, &cfg));
+    rec("occlAllReduce", occlAllReduce(nullptr, nullptr, 0, occlFloat32, sum, nullptr, nullptr));
+    rec("occlBroadcast", occlBroadcast(nullptr, nullptr, 0, occlFloat32, 0, nullptr, nullptr));
+    rec("occlReduce", occlReduce(nullptr, nullptr, 0, occlFloat32, sum, 0, nullptr, nullptr));
+    rec("occlAllGather", occlAllGather(nullptr, nullptr, 0, occlFloat32, nullptr, nullptr));
+    rec("occlReduceScatter", occlReduceScatter(nullptr, nullptr, 0, occlFloat32, sum, nullptr, nullptr));
+    rec("occlAllToAllv", occlAllToAllv(nullptr, counts, counts, nullptr, counts, counts, occlFloat32,
+                                       nullptr, nullptr));
+    rec("occlGather", occlGather(nullptr, nullptr, 0, occlFloat32, 0, nullptr, nullptr));
+    rec("occlScatter", occlScatter(nullptr, nullptr, 0, occlFloat32, 0, nullptr, nullptr));
+    rec("occlBarrier", occlBarrier(nullptr, nullptr));
+    rec("occlSend", occlSend(nullptr, 0, occlFloat32, 0, 0, nullptr, nullptr));
+    rec("occlRecv", occlRecv(nullptr, 0, occlFloat32, 0, 0, nullptr, nullptr, nullptr));
+    return out;
+  });
 
   py::class_<FileStore>(m, "FileStore")
       .def(py::init<std::string, double>(), py::arg("path"), py::arg("timeout") = 30.0)
@@ -178,33 +219,33 @@ PYBIND11_MODULE(_occl_testing, m) {
         check(occlCommGetAsyncError(c.get(), &r));
         return py::make_tuple(std::string(result_name(r)), std::string(occlCommGetErrorMessage(c.get())));
       })
-      .def("allreduce", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, const std::string& t,
-                           const std::string& op, double scalar, uintptr_t stream) {
+      .def("allreduce", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, py::handle t,
+                           py::handle op, double scalar, uintptr_t stream) {
         check(occlAllReduce(V(s), V(r), n, dtype(t), redop(op, scalar), c.get(), S(stream)));
       }, py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
          py::arg("scalar") = 1.0, py::arg("stream") = 0)
-      .def("reduce", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, const std::string& t,
-                        const std::string& op, int root, uintptr_t stream) {
+      .def("reduce", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, py::handle t,
+                        py::handle op, int root, uintptr_t stream) {
         check(occlReduce(V(s), V(r), n, dtype(t), redop(op, 1.0), root, c.get(), S(stream)));
       }, py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("op"),
          py::arg("root"), py::arg("stream") = 0)
-      .def("broadcast", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, const std::string& t,
+      .def("broadcast", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, py::handle t,
                            int root, uintptr_t stream) {
         check(occlBroadcast(V(s), V(r), n, dtype(t), root, c.get(), S(stream)));
       }, py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("root"),
          py::arg("stream") = 0)
-      .def("allgather", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, const std::string& t,
+      .def("allgather", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, py::handle t,
                            uintptr_t stream) {
         check(occlAllGather(V(s), V(r), n, dtype(t), c.get(), S(stream)));
       }, py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("stream") = 0)
-      .def("reduce_scatter", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, const std::string& t,
-                                const std::string& op, uintptr_t stream) {
+      .def("reduce_scatter", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, py::handle t,
+                                py::handle op, uintptr_t stream) {
         check(occlReduceScatter(V(s), V(r), n, dtype(t), redop(op, 1.0), c.get(), S(stream)));
       }, py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
          py::arg("stream") = 0)
       .def("alltoallv", [](Comm& c, uintptr_t s, std::vector<size_t> sc, std::vector<size_t> sd,
                            uintptr_t r, std::vector<size_t> rc, std::vector<size_t> rd,
-                           const std::string& t, uintptr_t stream) {
+                           py::handle t, uintptr_t stream) {
         int n;
         check(occlCommCount(c.get(), &n));
         for (auto* v : {&sc, &sd, &rc, &rd})
@@ -213,24 +254,24 @@ PYBIND11_MODULE(_occl_testing, m) {
                             c.get(), S(stream)));
       }, py::arg("send"), py::arg("sendcounts"), py::arg("sdispls"), py::arg("recv"),
          py::arg("recvcounts"), py::arg("rdispls"), py::arg("dtype"), py::arg("stream") = 0)
-      .def("gather", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, const std::string& t, int root,
+      .def("gather", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, py::handle t, int root,
                         uintptr_t stream) {
         check(occlGather(V(s), V(r), n, dtype(t), root, c.get(), S(stream)));
       }, py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("root"),
          py::arg("stream") = 0)
-      .def("scatter", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, const std::string& t, int root,
+      .def("scatter", [](Comm& c, uintptr_t s, uintptr_t r, size_t n, py::handle t, int root,
                          uintptr_t stream) {
         check(occlScatter(V(s), V(r), n, dtype(t), root, c.get(), S(stream)));
       }, py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("root"),
          py::arg("stream") = 0)
       .def("barrier", [](Comm& c, uintptr_t stream) { check(occlBarrier(c.get(), S(stream))); },
            py::arg("stream") = 0)
-      .def("send", [](Comm& c, uintptr_t s, size_t n, const std::string& t, int peer, int64_t tag,
+      .def("send", [](Comm& c, uintptr_t s, size_t n, py::handle t, int peer, int64_t tag,
                       uintptr_t stream) {
         check(occlSend(V(s), n, dtype(t), peer, tag, c.get(), S(stream)));
       }, py::arg("send"), py::arg("count"), py::arg("dtype"), py::arg("peer"), py::arg("tag") = 0,
          py::arg("stream") = 0)
-      .def("recv", [](Comm& c, uintptr_t r, size_t n, const std::string& t, int peer, int64_t tag,
+      .def("recv", [](Comm& c, uintptr_t r, size_t n, py::handle t, int peer, int64_t tag,
                       uintptr_t stream) {
         check(occlRecv(V(r), n, dtype(t), peer, tag, &c.source, c.get(), S(stream)));
       }, py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("peer"), py::arg("tag") = 0,
