@@ -31,12 +31,24 @@ void bind_sanitizer(py::module& m);  // SanitizerBindings.cpp
 
 namespace {
 
-using torch_openreg::check_device_index;
+// Python passes device indices as int64 and c10::DeviceIndex is an int8:
+// check the index before narrowing it, or 256 would name device 0 and 128
+// device -128 (the fuzzing of the Python surface found set_device(256)
+// selecting device 0, tests/device/test_fuzz_python.py).
+[[noreturn]] void invalid_index(const std::string& index) {
+  TORCH_CHECK(false, "Invalid openreg device index ", index, ": ",
+              static_cast<int>(torch_openreg::device_count()),
+              " openreg device(s) are available (set OPENREG_DEVICE_COUNT to change that)");
+}
+
+c10::DeviceIndex device_index(int64_t index) {
+  if (index < 0 || index >= torch_openreg::device_count()) invalid_index(std::to_string(index));
+  return static_cast<c10::DeviceIndex>(index);
+}
 
 c10::DeviceIndex index_or_current(int64_t index) {
   if (index < 0) return torch_openreg::current_device();
-  check_device_index(static_cast<c10::DeviceIndex>(index));
-  return static_cast<c10::DeviceIndex>(index);
+  return device_index(index);
 }
 
 py::tuple pack_stream(const c10::Stream& s) {
@@ -44,10 +56,9 @@ py::tuple pack_stream(const c10::Stream& s) {
                         static_cast<int>(s.device_type()));
 }
 
-c10::Stream unpack_stream(int64_t id, int64_t device_index) {
+c10::Stream unpack_stream(int64_t id, int64_t index) {
   return c10::Stream(c10::Stream::UNSAFE,
-                     c10::Device(c10::DeviceType::PrivateUse1,
-                                 static_cast<c10::DeviceIndex>(device_index)),
+                     c10::Device(c10::DeviceType::PrivateUse1, device_index(index)),
                      static_cast<c10::StreamId>(id));
 }
 
@@ -251,23 +262,23 @@ PYBIND11_MODULE(_C, m) {
   // devices
   m.def("_get_device_count", [] { return static_cast<int>(torch_openreg::device_count()); });
   m.def("_get_device", [] { return static_cast<int>(torch_openreg::current_device()); });
-  m.def("_set_device", [](int64_t index) {
-    torch_openreg::set_device(static_cast<c10::DeviceIndex>(index));
-  });
+  m.def("_set_device", [](int64_t index) { torch_openreg::set_device(device_index(index)); });
   m.def("_exchange_device", [](int64_t index) {
     if (index < 0) return -1;
-    return static_cast<int>(
-        torch_openreg::exchange_device(static_cast<c10::DeviceIndex>(index)));
+    return static_cast<int>(torch_openreg::exchange_device(device_index(index)));
   });
   m.def("_maybe_exchange_device", [](int64_t index) {
     if (index < 0) return -1;
-    return static_cast<int>(
-        torch_openreg::maybe_exchange_device(static_cast<c10::DeviceIndex>(index)));
+    return static_cast<int>(torch_openreg::maybe_exchange_device(device_index(index)));
   });
   // The one device-index check (torch.openreg's Python API uses it too).
-  m.def("_check_device_index", [](int64_t index) {
-    check_device_index(static_cast<c10::DeviceIndex>(index));
-    return index;
+  // Any Python int: one past int64 is as invalid as 99, with the same message.
+  m.def("_check_device_index", [](py::int_ index) {
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow) invalid_index(py::str(index));
+    device_index(i);
+    return i;
   });
   m.def("_synchronize", [](int64_t index) {
     auto idx = index_or_current(index);
@@ -318,8 +329,10 @@ PYBIND11_MODULE(_C, m) {
   // torch.Event.elapsed_time insists on the exact torch.Event type; this
   // accepts subclasses (torch.openreg.Event) too.
   m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
-    TORCH_CHECK(THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
-                "elapsed_time: expected two torch.Event objects");
+    TORCH_CHECK_TYPE(THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
+                     "elapsed_time: expected two torch.Event objects, got ",
+                     py::str(start.get_type()).cast<std::string>(), " and ",
+                     py::str(end.get_type()).cast<std::string>());
     auto* a = reinterpret_cast<THPEvent*>(start.ptr());
     auto* b = reinterpret_cast<THPEvent*>(end.ptr());
     py::gil_scoped_release nogil;

@@ -23,7 +23,11 @@ _REDUCED = (torch.float16, torch.bfloat16)
 
 def _check(x: Tensor, weight: Tensor) -> None:
     # The same checks in every implementation, so a bad call fails the same way
-    # eagerly, under FakeTensor and under torch.compile.
+    # eagerly, under FakeTensor and under torch.compile. The dispatcher lets
+    # None through for a Tensor argument: a TypeError that names it.
+    for name, t in (("x", x), ("weight", weight)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"openreg::rms_norm: {name} must be a Tensor, got {type(t).__name__}")
     if x.device != weight.device:
         raise RuntimeError(
             f"openreg::rms_norm: x and weight must be on the same device, got x on {x.device} "

@@ -1,5 +1,6 @@
 """``torch.openreg``: the device module, modelled on ``torch.cuda``."""
 
+import re
 import threading
 import uuid as _uuid
 from typing import Any, Optional, Union
@@ -14,6 +15,9 @@ _initialized = False
 _init_lock = threading.Lock()
 
 
+_INDEX_IN_STRING = re.compile(r"openreg:(\d+)")
+
+
 def _get_device_index(device: _device_t, optional: bool = True) -> int:
     """Index of an openreg ``device`` (str, int, torch.device or None)."""
     if device is None:
@@ -21,7 +25,13 @@ def _get_device_index(device: _device_t, optional: bool = True) -> int:
             raise ValueError("Expected an openreg device, got None")
         return current_device()
     if isinstance(device, str):
-        device = torch.device(device)
+        parsed = torch.device(device)
+        # torch.device("openreg:256") is openreg:0 (the index is an int8):
+        # the index as written is the one to check.
+        m = _INDEX_IN_STRING.fullmatch(device)
+        if m and parsed.type == "openreg" and int(m.group(1)) != parsed.index:
+            return _check_index(int(m.group(1)))
+        device = parsed
     if isinstance(device, torch.device):
         if device.type != "openreg":
             raise ValueError(f"Expected an openreg device, but got: {device}")
@@ -114,6 +124,8 @@ class device_of(device):
     """Context manager that makes the device of ``obj`` (a tensor) current."""
 
     def __init__(self, obj: torch.Tensor):
+        if not isinstance(obj, torch.Tensor):
+            raise TypeError(f"device_of: expected a torch.Tensor, got {type(obj).__name__}")
         idx = obj.get_device() if obj.device.type == "openreg" else -1
         super().__init__(idx)
 

@@ -154,8 +154,14 @@ def _record_memory_history(
     compatibility: recording covers every openreg device, as CUDA's does."""
     from . import _lazy_init
 
+    if not isinstance(max_entries, int) or isinstance(max_entries, bool):
+        raise TypeError(f"_record_memory_history: max_entries must be an int, "
+                        f"got {type(max_entries).__name__}")
+    if max_entries < 0:
+        raise ValueError(f"_record_memory_history: max_entries must be >= 0, got {max_entries}")
     _lazy_init()
-    _C._record_memory_history(enabled, context, stacks, int(max_entries), bool(clear_history))
+    _C._record_memory_history(enabled, context, stacks, min(max_entries, sys.maxsize),
+                              bool(clear_history))
 
 
 def _snapshot(device: Any = None) -> "dict[str, Any]":
@@ -188,7 +194,7 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     index = _index(device)
     if not isinstance(fraction, float):
         raise TypeError("Invalid type for fraction argument, must be `float`")
-    if fraction < 0 or fraction > 1:
+    if not 0 <= fraction <= 1:  # (nan too)
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     _C._set_memory_fraction(fraction, index)
 

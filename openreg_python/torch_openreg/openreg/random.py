@@ -47,17 +47,27 @@ def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
         set_rng_state(state, i)
 
 
+def _seed(seed: Any, func: str) -> int:
+    # int() as torch.cuda does (a float seed is truncated), but inf's
+    # OverflowError becomes a ValueError that names the argument.
+    try:
+        return int(seed)
+    except OverflowError:
+        raise ValueError(f"{func}: seed must be a finite number, got {seed}") from None
+
+
 def manual_seed(seed: int) -> None:
     """Seed the current device's default generator."""
-    _generator().manual_seed(int(seed))
+    _generator().manual_seed(_seed(seed, "manual_seed"))
 
 
 def manual_seed_all(seed: int) -> None:
     """Seed every openreg device's default generator."""
     from . import device_count
 
+    seed = _seed(seed, "manual_seed_all")
     for i in range(device_count()):
-        _generator(i).manual_seed(int(seed))
+        _generator(i).manual_seed(seed)
 
 
 def seed() -> None:

@@ -7,6 +7,14 @@ import torch
 from .. import _C
 
 
+def _check_type(func: str, arg: str, value: Any, cls: type) -> None:
+    # A wrong argument is a TypeError that names it, not an AttributeError
+    # from deep inside (torch.cuda's streams raise the latter).
+    if not isinstance(value, cls):
+        raise TypeError(f"{func}: expected {arg} to be a {cls.__module__}.{cls.__qualname__}, "
+                        f"got {type(value).__name__}")
+
+
 class Stream(torch.Stream):
     """An in-order queue of work on an openreg device.
 
@@ -19,8 +27,11 @@ class Stream(torch.Stream):
 
         if "stream_id" in kwargs:  # rebuilding a handle to an existing stream
             return super().__new__(cls, **kwargs)
+        from . import _check_index
+
         _lazy_init()
-        index = _get_device_index(device)
+        # Checked before torch.device(), which would wrap an index of 256 to 0.
+        index = _check_index(_get_device_index(device))
         return super().__new__(cls, device=torch.device("openreg", index), priority=priority)
 
     @staticmethod
@@ -38,16 +49,19 @@ class Stream(torch.Stream):
         return _C._stream_native_id(self.stream_id, self.device_index)
 
     def wait_event(self, event: "torch.Event") -> None:
+        _check_type("wait_event", "event", event, torch.Event)
         event.wait(self)
 
     def record_event(self, event: "Optional[torch.Event]" = None) -> "torch.Event":
         """Record ``event`` (a new ``Event`` if None) on this stream and return it."""
         if event is None:
             event = Event()
+        _check_type("record_event", "event", event, torch.Event)
         event.record(self)
         return event
 
     def wait_stream(self, stream: "torch.Stream") -> None:
+        _check_type("wait_stream", "stream", stream, torch.Stream)
         self.wait_event(stream.record_event())
 
     def __repr__(self) -> str:
@@ -98,6 +112,7 @@ def set_stream(stream: torch.Stream) -> None:
     """Make ``stream`` the current stream of its device (this thread)."""
     if stream is None:
         return
+    _check_type("set_stream", "stream", stream, torch.Stream)
     if stream.device.type != "openreg":
         raise ValueError(f"Expected an openreg stream, got a stream on {stream.device}")
     _C._set_current_stream(stream.stream_id, stream.device_index)
@@ -107,6 +122,8 @@ class StreamContext:
     """Context manager selecting a stream (and its device), like ``torch.cuda.StreamContext``."""
 
     def __init__(self, stream: Optional[torch.Stream]):
+        if stream is not None:
+            _check_type("stream", "stream", stream, torch.Stream)
         self.stream = stream
         self.src_prev_stream = None
         self.dst_prev_stream = None
