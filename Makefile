@@ -37,7 +37,8 @@ build: venv
 # ThreadSanitizer into build-asan/ or build-tsan/, and their test suites run
 # against those builds (tests/_torch_free.py loads them, tools/sanitizers/run.py
 # sets the environment and fails on any report).
-SAN_TESTS ?= tests/runtime tests/distributed/test_occl_lib.py
+SAN_TESTS ?= tests/runtime tests/distributed/test_occl_lib.py tests/distributed/test_occl_fuzz.py \
+             tests/distributed/test_occl_wire.py
 CMAKE := $(VENV)/bin/cmake
 
 define sanitizer_build

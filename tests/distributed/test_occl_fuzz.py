@@ -274,6 +274,10 @@ class TestOcclCorruptedSharedMemory:
         ("zero_copy_offset", "occlRemoteError", "rank 1 published a buffer"),
     ])
     def test_corrupted_block_fails_the_operation(self, tmp_path, what, result, words):
+        if what == "zero_copy_offset" and os.environ.get("OPENREG_TEST_SANITIZER") == "tsan":
+            # Rank 1's scribbling thread races with liboccl's own write of the
+            # slot on purpose: ThreadSanitizer rightly reports the test.
+            pytest.skip("the corruption is a deliberate data race (TSan reports the test itself)")
         results = run_ranks("occl_fuzz.py", 2, timeout=60, args=(tmp_path, "corrupt", what),
                             env={"OCCL_TEST_TIMEOUT_MS": "10000"})
         check_ok(results)
