@@ -26,6 +26,15 @@ $(VENV)/.deps-stamp: requirements-dev.txt
 	$(PIP) install --quiet -r requirements-dev.txt
 	touch $@
 
+# The documentation site (docs/conf.py): static HTML in docs/_build/html,
+# every warning an error. Its API page is generated from the installed
+# package, hence `build` first. tests/docs/test_site.py runs the same build
+# and checks the result in headless Chromium.
+SPHINXOPTS ?= -q
+.PHONY: docs
+docs: build
+	$(PY) -m sphinx -b html -W --keep-going $(SPHINXOPTS) -d docs/_build/doctrees docs docs/_build/html
+
 # Always re-run: CMake's cached build directory (build/) makes it incremental.
 # TORCH_DEVICE_BACKEND_AUTOLOAD=0: a half-built backend must not break the
 # `import torch` of the build itself.
