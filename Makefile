@@ -7,7 +7,7 @@ PIP    := $(VENV)/bin/pip
 # Two cores here: more parallel compiles only thrash.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: demo test smoke build venv clean check-asan check-tsan
+.PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue
 
 demo: build
 	$(PY) examples/demo.py
@@ -29,7 +29,8 @@ $(VENV)/.deps-stamp: requirements-dev.txt
 # The documentation site (docs/conf.py): static HTML in docs/_build/html,
 # every warning an error. Its API page is generated from the installed
 # package, hence `build` first. tests/docs/test_site.py runs the same build
-# and checks the result in headless Chromium.
+# and checks the result in headless Chromium. -E: a reused environment
+# would not repeat the warnings of pages that did not change.
 SPHINXOPTS ?= -q
 .PHONY: docs
 docs: build
@@ -50,10 +51,11 @@ SAN_TESTS ?= tests/runtime tests/distributed/test_occl_lib.py tests/distributed/
              tests/distributed/test_occl_wire.py
 CMAKE := $(VENV)/bin/cmake
 
+# $(3): OFF builds the whole project (the glue too), default ON (torch-free).
 define sanitizer_build
 	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(CMAKE) -S . -B build-$(1) -G Ninja \
 	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DPython3_EXECUTABLE=$(abspath $(PY)) -DOPENREG_TORCH_FREE_ONLY=ON \
+	  -DPython3_EXECUTABLE=$(abspath $(PY)) -DOPENREG_TORCH_FREE_ONLY=$(or $(3),ON) \
 	  -DOPENREG_SANITIZE="$(2)" > /dev/null
 	$(CMAKE) --build build-$(1) > /dev/null
 	$(CMAKE) --install build-$(1) --prefix build-$(1)/install > /dev/null
@@ -69,5 +71,29 @@ check-tsan: venv
 	$(PY) tools/sanitizers/run.py tsan build-tsan -- \
 	  $(PY) -m pytest $(SAN_TESTS) -s -p no:cacheprovider $(PYTEST_ARGS)
 
+# The torch glue under ASan + UBSan: the whole project (runtime, glue,
+# profiler, liboccl and its c10d ProcessGroup, the Inductor backend) built
+# instrumented into build-asan-glue/, installed with the package's Python
+# files into build-asan-glue/install, and the device, operator and
+# distributed tests run with that package first on PYTHONPATH (the venv's
+# torch_openreg is untouched; run.py's asan-glue kind sets it up): the smoke
+# tests of the device, operators, profiler and runtime, both harness tests
+# (planted bugs in the runtime and the glue), and the quick distributed and
+# compile tests (none of them smoke-marked): collectives on 2 ranks, groups,
+# DDP under torchrun and its timer, FSDP2, one torch.compile example.
+GLUE_TESTS ?= tests/device tests/ops tests/profiler tests/runtime/test_smoke.py \
+  tests/runtime/test_sanitizer_harness.py \
+  "tests/distributed/test_collectives.py::TestCollectives::test_every_operation_matches_cpu[2]" \
+  tests/distributed/test_collectives.py::TestCollectives::test_registered_on_import \
+  tests/distributed/test_groups.py tests/distributed/test_ddp.py tests/distributed/test_fsdp.py \
+  tests/compile/test_example.py
+GLUE_SELECT ?= -m "smoke or distributed or compile or runtime"
+check-asan-glue: venv
+	$(call sanitizer_build,asan-glue,address;undefined,OFF)
+	cp -r openreg_python/torch_openreg/. build-asan-glue/install/torch_openreg/
+	find build-asan-glue/install -name __pycache__ -prune -exec rm -rf {} +
+	$(PY) tools/sanitizers/run.py asan-glue build-asan-glue -- \
+	  $(PY) -m pytest $(GLUE_TESTS) $(GLUE_SELECT) -s -p no:cacheprovider $(PYTEST_ARGS)
+
 clean:
-	rm -rf build build-asan build-tsan $(VENV)
+	rm -rf build build-asan build-tsan build-asan-glue $(VENV)

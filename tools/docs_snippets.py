@@ -85,7 +85,10 @@ def source_files() -> list:
     """Every C/C++, Python and CMake file of the repository, as paths relative to ROOT."""
     found = []
     for dirpath, dirnames, filenames in os.walk(ROOT):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        # build-asan/, build-tsan/, build-asan-glue/: sanitizer builds, the
+        # last with an installed copy of the package's Python files.
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
+                             and not d.startswith((".", "build-")))
         for f in sorted(filenames):
             if f in SOURCE_NAMES or os.path.splitext(f)[1] in SOURCE_SUFFIXES:
                 found.append(pathlib.Path(dirpath, f).relative_to(ROOT).as_posix())

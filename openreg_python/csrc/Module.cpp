@@ -371,4 +371,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_backend_meta", [](const at::Tensor& t) {
     return torch_openreg::get_backend_format(t);
   }, py::arg("tensor"));
+
+#ifdef OPENREG_SANITIZER_SELFTEST
+  // A planted bug, compiled into sanitizer builds only (make check-asan-glue):
+  // a glue run that does not report it is not checking the glue
+  // (tests/device/test_sanitizer_glue.py runs it in a child process).
+  m.def("_planted_heap_overflow", [] {
+    char* volatile p = new char[8];
+    p[8] = 1;  // one past the end
+    delete[] p;
+  });
+#endif
 }

@@ -1,10 +1,15 @@
 """Run a test command under a sanitizer and fail on any report (make check-asan,
-make check-tsan; docs/sanitizers.md).
+make check-tsan, make check-asan-glue; docs/sanitizer-builds.md).
 
-    python tools/sanitizers/run.py asan|tsan BUILD_DIR -- CMD...
+    python tools/sanitizers/run.py asan|tsan|asan-glue BUILD_DIR -- CMD...
 
 Sets the environment for CMD: the sanitizer build's torch-free modules
-(OPENREG_TEST_TORCH_FREE_DIR), the sanitizer's runtime preloaded (the
+(OPENREG_TEST_TORCH_FREE_DIR); for asan-glue (the whole project built with
+ASan + UBSan and installed into BUILD_DIR/install) also that package first on
+PYTHONPATH, so that `import torch` loads the instrumented glue, in CMD and in
+every child it starts (torchrun ranks included), and
+OPENREG_TEST_SANITIZER_GLUE naming the install directory, for the tests that
+check what got loaded; the sanitizer's runtime preloaded (the
 interpreter is not instrumented) with libstdc++ (its C++ interceptors must
 find it at start-up), and options that write every report of every process,
 children included, to BUILD_DIR/reports. Tests capture their output, so a
@@ -33,12 +38,23 @@ def runtime_lib(name):
 
 def main(argv):
     kind, build, cmd = argv[0], os.path.abspath(argv[1]), argv[argv.index("--") + 1:]
+    label = kind
     reports = os.path.join(build, "reports")
     shutil.rmtree(reports, ignore_errors=True)
     os.makedirs(reports)
     env = dict(os.environ)
-    env["OPENREG_TEST_TORCH_FREE_DIR"] = os.path.join(build, "install", "torch_openreg")
+    install = os.path.join(build, "install")
+    env["OPENREG_TEST_TORCH_FREE_DIR"] = os.path.join(install, "torch_openreg")
     env["OPENREG_TEST_SANITIZER"] = kind
+    if kind == "asan-glue":
+        # The instrumented package before the venv's (an environment
+        # variable, so children inherit it; entry points still come from the
+        # venv's dist-info and import the package by name, i.e. this one).
+        env["PYTHONPATH"] = os.pathsep.join(
+            [install] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["OPENREG_TEST_SANITIZER_GLUE"] = install
+        kind = "asan"  # the same sanitizer: the runtime's planted bug is checked too
+        env["OPENREG_TEST_SANITIZER"] = kind
     log = f"log_path={reports}/{kind}"
     # Strict memory's faults stay SIGSEGVs (the tests that expect one check them).
     common = "halt_on_error=1:handle_segv=0:allow_user_segv_handler=1"
@@ -53,7 +69,7 @@ def main(argv):
         env["TSAN_OPTIONS"] = (f"{common}:second_deadlock_stack=1:{log}:"
                                f"suppressions={HERE}/tsan.supp")
     else:
-        sys.exit(f"unknown sanitizer {kind!r}: asan or tsan")
+        sys.exit(f"unknown sanitizer {kind!r}: asan, tsan or asan-glue")
     pattern = re.compile(r"runtime error:|ERROR: AddressSanitizer|WARNING: ThreadSanitizer|"
                          r"ERROR: ThreadSanitizer|ERROR: LeakSanitizer")
     printed = 0
@@ -69,10 +85,10 @@ def main(argv):
         with open(os.path.join(reports, name)) as f:
             print(f"\n===== {name} =====\n{f.read()}", flush=True)
     if found or printed:
-        print(f"{kind}: {len(found)} report file(s) in {reports}, {printed} report(s) printed",
+        print(f"{label}: {len(found)} report file(s) in {reports}, {printed} report(s) printed",
               flush=True)
         return 1
-    print(f"{kind}: no report", flush=True)
+    print(f"{label}: no report", flush=True)
     return rc
 
 
