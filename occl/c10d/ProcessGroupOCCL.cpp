@@ -29,6 +29,24 @@ std::exception_ptr make_dist_error(const std::string& msg) {
   }
 }
 
+// The longest timeout liboccl is given: it adds a timeout to
+// steady_clock::now(), whose int64 nanosecond count overflows after 292
+// years. A longer one (timedelta.max is 2.7 million years) waits ten years.
+constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24 * 3653);
+
+// A group's timeout, checked where c10d or Python hands it over: liboccl
+// would take zero or a negative value for its 30-minute default, and a
+// timedelta too long for int64 microseconds reaches us wrapped to a
+// negative count (torch's and pybind11's conversions do not check).
+std::chrono::milliseconds checked_timeout(std::chrono::milliseconds timeout,
+                                          const char* what = "ProcessGroupOCCL") {
+  TORCH_CHECK_VALUE(timeout.count() > 0, what, ": timeout must be positive, got ",
+                    timeout.count(), " ms", timeout.count() < -1000LL * 86400 * 365 * 1000
+                        ? " (a timedelta too long to count in int64 microseconds wraps around)"
+                        : "");
+  return std::min(timeout, kMaxTimeout);
+}
+
 void or_check(orError_t e, const char* call) {
   if (e != orSuccess) {
     orGetLastError();
@@ -108,8 +126,8 @@ at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contigu
 
 bool debug() {
   static const bool on = [] {
-    const char* v = getenv("OCCL_DEBUG");
-    return v && *v && strcmp(v, "0") != 0;
+    const char* v = getenv("OCCL_DEBUG");  // 0 or 1: liboccl refuses anything else
+    return v && strcmp(v, "1") == 0;
   }();
   return on;
 }
@@ -199,7 +217,9 @@ bool WorkOCCL::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
     or_check(orEventSynchronize(end_), "orEventSynchronize");
   } else {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    // (now + a huge timeout would overflow into the past: checked_timeout caps it.)
+    const auto deadline =
+        std::chrono::steady_clock::now() + checked_timeout(timeout, "Work.wait");
     while (!isCompleted()) {
       if (std::chrono::steady_clock::now() >= deadline) {
         std::lock_guard<std::mutex> g(mu_);
@@ -244,11 +264,22 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkOCCL::getFuture() {
 // ------------------------------------------------------------ ProcessGroupOCCL
 ProcessGroupOCCL::ProcessGroupOCCL(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                    c10::intrusive_ptr<Options> options)
-    : c10d::Backend(rank, size), store_(std::move(store)), options_(std::move(options)) {}
+    : c10d::Backend(rank, size), store_(std::move(store)), options_(std::move(options)) {
+  // Checked here, not at the first collective: a null store crashed there,
+  // and a bad rank or size failed only then, inside occlCommInitRank.
+  TORCH_CHECK_TYPE(store_, "ProcessGroupOCCL: store must be a torch.distributed.Store, got None");
+  TORCH_CHECK_VALUE(size >= 1, "ProcessGroupOCCL: size must be at least 1, got ", size);
+  TORCH_CHECK_VALUE(rank >= 0 && rank < size, "ProcessGroupOCCL: rank must be in [0, size) = [0, ",
+                    size, "), got ", rank);
+  TORCH_CHECK_TYPE(options_, "ProcessGroupOCCL: options must not be None");
+  options_->timeout = checked_timeout(options_->timeout);
+}
 
 ProcessGroupOCCL::~ProcessGroupOCCL() { teardown(false); }
 
-void ProcessGroupOCCL::setTimeout(std::chrono::milliseconds timeout) { options_->timeout = timeout; }
+void ProcessGroupOCCL::setTimeout(std::chrono::milliseconds timeout) {
+  options_->timeout = checked_timeout(timeout);
+}
 
 void ProcessGroupOCCL::eagerConnectSingleDevice(at::Device device) { comm_for(device); }
 
@@ -309,7 +340,8 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupOCCL::split(
   const at::Device device =
       device_ ? *device_ : at::Device(c10::DeviceType::PrivateUse1, current_device());
   occlComm_t parent = comm_for(device);
-  auto new_opts = c10::make_intrusive<Options>(opts ? opts->timeout : options_->timeout);
+  auto new_opts =
+      c10::make_intrusive<Options>(checked_timeout(opts ? opts->timeout : options_->timeout));
   new_opts->group_name = opts ? opts->group_name : options_->group_name;
   const std::string name = new_opts->group_name.empty() ? "split" : new_opts->group_name;
   occlConfig_t cfg{device.index(), int64_t(new_opts->timeout.count()), name.c_str()};

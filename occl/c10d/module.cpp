@@ -5,6 +5,8 @@
 
 #include <pybind11/chrono.h>
 
+#include <climits>
+
 #include "ProcessGroupOCCL.hpp"
 
 namespace py = pybind11;
@@ -15,11 +17,20 @@ PYBIND11_MODULE(_occl, m) {
   py::module_::import("torch._C._distributed_c10d");
   py::class_<torch_openreg::ProcessGroupOCCL, c10d::Backend,
              c10::intrusive_ptr<torch_openreg::ProcessGroupOCCL>>(m, "ProcessGroupOCCL")
-      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      // rank and size as int64, so that 2**40 is refused by the constructor's
+      // range check with its message rather than by pybind11's overload
+      // resolution (a size past INT_MAX is refused here).
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int64_t rank, int64_t size,
                        std::chrono::milliseconds timeout, const std::string& group_name) {
+             TORCH_CHECK_VALUE(size >= 1 && size <= INT_MAX,
+                               "ProcessGroupOCCL: size must be in [1, ", INT_MAX, "], got ", size);
+             TORCH_CHECK_VALUE(rank >= 0 && rank < size,
+                               "ProcessGroupOCCL: rank must be in [0, size) = [0, ", size,
+                               "), got ", rank);
              auto opts = c10::make_intrusive<torch_openreg::ProcessGroupOCCL::Options>(timeout);
              opts->group_name = group_name;
-             return c10::make_intrusive<torch_openreg::ProcessGroupOCCL>(store, rank, size, opts);
+             return c10::make_intrusive<torch_openreg::ProcessGroupOCCL>(
+                 store, int(rank), int(size), opts);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("group_name") = "", py::call_guard<py::gil_scoped_release>())

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,11 +43,18 @@ const char* kind_name(uint32_t kind) {
 
 namespace {
 
+// A 0/1 switch from environment variable `name`: unset or empty is `dflt`;
+// anything else is an error that names the variable (checked when a
+// communicator is created, see check_env_options).
+bool env_flag(const char* name, bool dflt) {
+  const char* v = getenv(name);
+  if (!v || !*v) return dflt;
+  if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) return *v == '1';
+  throw Error(occlInvalidArgument, format("%s: expected 0 or 1, got '%s'", name, v));
+}
+
 bool debug_enabled() {
-  static const bool on = [] {
-    const char* v = getenv("OCCL_DEBUG");
-    return v && *v && strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_flag("OCCL_DEBUG", false);
   return on;
 }
 
@@ -415,11 +424,21 @@ bool use_zero_copy(const occlComm* c, size_t bytes) {
   return c->zero_copy && c->nranks > 1 && bytes > kSmallAllReduce;
 }
 
-// A positive byte count from environment variable `name`, else `dflt`.
+// A byte count from environment variable `name` (unset or empty: `dflt`).
+// Garbage, zero, negative values and more than 1 GiB (the staging buffers
+// are sized from it) are errors that name the variable; atoll took them
+// silently for the default, or for a huge allocation.
 size_t env_bytes(const char* name, size_t dflt) {
   const char* e = getenv(name);
-  const long long k = e ? atoll(e) : 0;
-  return k > 0 ? size_t(k) : dflt;
+  if (!e || !*e) return dflt;
+  constexpr unsigned long long kMax = 1ull << 30;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long k = strtoull(e, &end, 10);
+  if (*e == '-' || !isdigit(static_cast<unsigned char>(*e)) || *end || errno || k == 0 || k > kMax)
+    throw Error(occlInvalidArgument,
+                format("%s: expected a byte count from 1 to %llu, got '%s'", name, kMax, e));
+  return size_t(k);
 }
 
 // Bytes per chunk of a zero-copy collective (OCCL_ZC_CHUNK overrides).
@@ -1032,6 +1051,17 @@ occlResult_t add_p2p(occlComm* c, orStream_t stream, P2P op, const char* call) {
 }
 
 }  // namespace
+
+namespace occl {
+// Every OCCL_* variable read lazily (at a collective, on a worker thread,
+// then cached) is parsed here too, each time a communicator is created, so
+// a malformed one fails occlCommInitRank with a message that names it.
+void check_env_options() {
+  env_flag("OCCL_DEBUG", false);
+  env_bytes("OCCL_ZC_CHUNK", 1);
+  env_bytes("OCCL_TCP_CHUNK", 1);
+}
+}  // namespace occl
 
 size_t occlTypeSize(occlDataType_t t) {
   static const size_t sizes[] = {1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 1, 8, 16};

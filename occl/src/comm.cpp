@@ -378,6 +378,8 @@ namespace {
 bool zero_copy_capable(int device) {
   const char* v = getenv("OCCL_ZERO_COPY");
   if (v && strcmp(v, "0") == 0) return false;
+  if (v && *v && strcmp(v, "1") != 0)
+    throw Error(occlInvalidArgument, format("OCCL_ZERO_COPY: expected 0 or 1, got '%s'", v));
   orDeviceProp prop;
   if (orGetDeviceProperties(&prop, device) != orSuccess) {
     orGetLastError();
@@ -524,6 +526,7 @@ void finish_init(occlComm* c) {
 }
 
 std::unique_ptr<occlComm> new_comm(int nranks, int rank, const occlConfig_t* cfg) {
+  check_env_options();
   auto c = std::make_unique<occlComm>();
   c->rank = rank;
   c->nranks = nranks;

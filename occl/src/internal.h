@@ -186,6 +186,7 @@ enum OpKind : uint32_t {
 const char* kind_name(uint32_t kind);  // "allreduce", ...
 
 bool tcp_forced();  // OCCL_TRANSPORT=tcp
+void check_env_options();  // throws Error naming a malformed OCCL_* variable
 
 // Operation context: who is waiting for what, for error messages.
 struct OpCtx {

@@ -135,7 +135,9 @@ std::string local_address() {
 
 bool tcp_forced() {
   const char* v = getenv("OCCL_TRANSPORT");
-  return v && strcmp(v, "tcp") == 0;
+  if (!v || !*v) return false;
+  if (strcmp(v, "tcp") == 0) return true;
+  throw Error(occlInvalidArgument, format("OCCL_TRANSPORT: expected 'tcp' (or unset), got '%s'", v));
 }
 
 // Listen on an ephemeral port of the published address; "addr port".
@@ -150,7 +152,9 @@ std::string tcp_listen(occlComm* c) {
     throw Error(occlInvalidArgument, format("OCCL_SOCKET_ADDR: not an IPv4 address: %s", addr.c_str()));
   if (bind(c->listen_fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
       listen(c->listen_fd, 64) != 0)
-    throw Error(occlSystemError, format("cannot listen on %s: %s", addr.c_str(), strerror(errno)));
+    throw Error(occlSystemError, format("cannot listen on %s%s: %s", addr.c_str(),
+                                        getenv("OCCL_SOCKET_ADDR") ? " (OCCL_SOCKET_ADDR)" : "",
+                                        strerror(errno)));
   socklen_t len = sizeof(sa);
   getsockname(c->listen_fd, reinterpret_cast<sockaddr*>(&sa), &len);
   return addr + " " + std::to_string(ntohs(sa.sin_port));
