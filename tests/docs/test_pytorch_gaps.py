@@ -299,7 +299,8 @@ check("dynamo_device_interface", device_interface, NotImplementedError,
 def stream_functions_in_graph():
     cuda = {trace_rules.lookup(f).__name__ for f in (torch.cuda.stream, torch.cuda.current_stream)}
     assert cuda == {"TorchInGraphFunctionVariable"}, cuda
-    ours = {trace_rules.lookup(f).__name__ for f in (torch.openreg.stream, torch.openreg.current_stream)}
+    ours = {trace_rules.lookup(f).__name__
+            for f in (torch.openreg.stream, torch.openreg.current_stream)}
     if ours == {"UserFunctionVariable"}:
         raise Gap("torch.openreg.stream/current_stream are traced as user functions")
     assert ours == cuda, ours
