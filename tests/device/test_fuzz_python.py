@@ -107,8 +107,10 @@ def targets():
     """name -> callable. Context managers are entered and left; methods are
     bound to a fresh Stream or Event per call."""
     import torch_openreg
+    import torch_openreg.distributed
     import torch_openreg.ops
     import torch_openreg.profiler
+    import torch_openreg.testing
     from torch_openreg.openreg import amp, memory, random, sanitizer, streams
 
     o = torch.openreg
@@ -117,7 +119,9 @@ def targets():
     for mod, prefix in ((memory, "torch.openreg.memory"), (random, "torch.openreg.random"),
                         (streams, "torch.openreg.streams"), (amp, "torch.openreg.amp"),
                         (sanitizer, "torch.openreg.sanitizer"), (torch_openreg.ops, "torch_openreg.ops"),
-                        (torch_openreg.profiler, "torch_openreg.profiler")):
+                        (torch_openreg.profiler, "torch_openreg.profiler"),
+                        (torch_openreg.testing, "torch_openreg.testing"),
+                        (torch_openreg.distributed, "torch_openreg.distributed")):
         for name, f in _module_functions(mod, prefix).items():
             if f not in t.values():
                 t[name] = f
@@ -164,7 +168,8 @@ def targets():
 # Calling these returns a context manager; its checks run when it is entered,
 # so the harness enters and leaves it.
 CONTEXT_MANAGERS = {"torch.openreg.device", "torch.openreg.device_of", "torch.openreg.stream",
-                    "torch.openreg.StreamContext", "torch_openreg.profiler.range"}
+                    "torch.openreg.StreamContext", "torch_openreg.profiler.range",
+                    "torch_openreg.testing.recorded_kernels"}
 
 GROUPS = {
     "devices": lambda n: n.split(".")[-1] in {
@@ -184,7 +189,7 @@ GROUPS = {
     "streams": lambda n: n.startswith(("Stream", "Event")) or n.split(".")[-1] in {
         "Stream", "Event", "StreamContext", "current_stream", "default_stream", "set_stream",
         "stream"},
-    "other": lambda n: True,  # sanitizer, ops, profiler, torch.load
+    "other": lambda n: True,  # sanitizer, ops, profiler, testing, distributed, torch.load
 }
 
 

@@ -201,3 +201,17 @@ class TestEnvironmentOptions:
                     assert repr(value)[1:-1] in r["outcome"] or value in r["outcome"], r
             # A refused communicator leaves no file descriptor behind.
             assert r["fds"] <= 0, (name, value, r)
+
+
+@pytest.mark.distributed
+class TestIsOccl:
+    def test_without_a_group_and_with_a_wrong_one(self):
+        """is_occl() raised AttributeError ('NoneType' object has no attribute
+        '_get_backend') before init_process_group, and for a non-group."""
+        import torch.distributed as dist
+        import torch_openreg.distributed
+
+        assert not dist.is_initialized()
+        assert torch_openreg.distributed.is_occl() is False
+        with pytest.raises(TypeError, match="is_occl: expected a torch.distributed.ProcessGroup, got str"):
+            torch_openreg.distributed.is_occl("world")

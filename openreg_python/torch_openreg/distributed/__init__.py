@@ -31,8 +31,13 @@ def _create_occl(dist_backend_opts, backend_options):
 
 
 def is_occl(group=None) -> bool:
-    """True if ``group`` (default: the world) runs openreg collectives on OCCL."""
+    """True if ``group`` (default: the world) runs openreg collectives on OCCL;
+    False when there is no world group yet."""
+    if group is None and not dist.is_initialized():
+        return False
     pg = group or dist.group.WORLD
+    if not isinstance(pg, dist.ProcessGroup):
+        raise TypeError(f"is_occl: expected a torch.distributed.ProcessGroup, got {type(pg).__name__}")
     try:
         return isinstance(pg._get_backend(torch.device("openreg")), ProcessGroupOCCL)
     except RuntimeError:
