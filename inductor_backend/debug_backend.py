@@ -21,6 +21,9 @@ class UnsupportedDeviceError(RuntimeError):
 
 # [docs:debug-backend]
 def openreg_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    """Compile ``gm`` with AOTAutograd and eager kernels (no Inductor), after
+    checking that every traced value is on openreg or the CPU
+    (:class:`UnsupportedDeviceError` otherwise)."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import FakeTensor
 

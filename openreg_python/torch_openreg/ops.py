@@ -52,7 +52,12 @@ def _upcast(t: Tensor) -> Tensor:
 # [docs:pyop-define]
 @torch.library.custom_op("openreg::rms_norm", mutates_args=())
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
-    """Default implementation: every device without a kernel of its own (the CPU)."""
+    """RMS normalisation over the last dimension: ``x / sqrt(mean(x**2, -1) + eps) * weight``.
+
+    As ``torch.nn.functional.rms_norm`` with a 1-D ``weight`` of size
+    ``x.shape[-1]``; half and bfloat16 inputs are reduced in float32. This body
+    is the default implementation: every device without a kernel of its own
+    (the CPU) runs it."""
     _check(x, weight)
     xf = _upcast(x)
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)

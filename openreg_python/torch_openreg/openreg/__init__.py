@@ -183,10 +183,12 @@ def get_device_properties(device: _device_t = None) -> _DeviceProperties:
 
 
 def get_device_name(device: _device_t = None) -> str:
+    """The name of ``device`` (default: the current one), from :func:`get_device_properties`."""
     return get_device_properties(device).name
 
 
 def get_device_capability(device: _device_t = None) -> tuple:
+    """``(major, minor)`` version of ``device`` (default: the current one), as ``torch.cuda``'s."""
     props = get_device_properties(device)
     return props.major, props.minor
 

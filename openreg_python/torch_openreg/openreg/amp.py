@@ -22,5 +22,6 @@ def get_amp_supported_dtype() -> list:
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
-    """Like ``torch.cuda.is_bf16_supported``: openreg runs bfloat16 natively."""
+    """Whether bfloat16 is supported, as ``torch.cuda.is_bf16_supported``: True,
+    openreg runs it natively."""
     return torch.bfloat16 in _AMP_DTYPES

@@ -34,6 +34,7 @@ def memory_allocated(device: Any = None) -> int:
 
 
 def max_memory_allocated(device: Any = None) -> int:
+    """Peak of :func:`memory_allocated` since start or :func:`reset_peak_memory_stats`."""
     return memory_stats(device).get("allocated_bytes.all.peak", 0)
 
 
@@ -43,14 +44,17 @@ def memory_reserved(device: Any = None) -> int:
 
 
 def max_memory_reserved(device: Any = None) -> int:
+    """Peak of :func:`memory_reserved` since start or :func:`reset_peak_memory_stats`."""
     return memory_stats(device).get("reserved_bytes.all.peak", 0)
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
+    """Restart the ``peak`` statistics of ``device``'s allocator from their current values."""
     torch.accelerator.reset_peak_memory_stats(_index(device))
 
 
 def reset_accumulated_memory_stats(device: Any = None) -> None:
+    """Zero the accumulated statistics of ``device``'s allocator (totals, ``num_ooms``, ...)."""
     torch.accelerator.reset_accumulated_memory_stats(_index(device))
 
 
@@ -182,7 +186,8 @@ def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
 
 
 def memory_snapshot() -> "list[dict[str, Any]]":
-    """The segments of :func:`_snapshot` (``torch.cuda.memory_snapshot``)."""
+    """The caching allocator's segments on every openreg device, with their blocks
+    (``torch.cuda.memory_snapshot``'s list of dicts)."""
     return _snapshot()["segments"]
 
 
@@ -234,8 +239,10 @@ def host_memory_stats() -> "OrderedDict[str, Any]":
 
 
 def reset_peak_host_memory_stats() -> None:
+    """Restart the ``peak`` statistics of the pinned host allocator from their current values."""
     _C._reset_peak_host_memory_stats()
 
 
 def reset_accumulated_host_memory_stats() -> None:
+    """Zero the accumulated counters (allocations, frees, ...) of the pinned host allocator."""
     _C._reset_accumulated_host_memory_stats()

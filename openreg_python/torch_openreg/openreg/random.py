@@ -27,6 +27,7 @@ def get_rng_state(device: Any = "openreg") -> torch.Tensor:
 
 
 def get_rng_state_all() -> List[torch.Tensor]:
+    """:func:`get_rng_state` of every openreg device, in device order."""
     from . import device_count
 
     return [get_rng_state(i) for i in range(device_count())]
@@ -43,6 +44,7 @@ def set_rng_state(new_state: torch.Tensor, device: Any = "openreg") -> None:
 
 
 def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
+    """Restore device ``i``'s generator from ``new_states[i]`` (:func:`get_rng_state_all`'s list)."""
     for i, state in enumerate(new_states):
         set_rng_state(state, i)
 
@@ -76,6 +78,7 @@ def seed() -> None:
 
 
 def seed_all() -> None:
+    """Seed every openreg device's generator with one non-deterministic number."""
     from . import current_device, device_count
 
     s = _generator(current_device()).seed()

@@ -41,6 +41,7 @@ class Stream(torch.Stream):
 
     @property
     def priority(self) -> int:
+        """The priority the stream was created with (see :meth:`priority_range`)."""
         return _C._stream_priority(self.stream_id, self.device_index)
 
     @property
@@ -49,6 +50,9 @@ class Stream(torch.Stream):
         return _C._stream_native_id(self.stream_id, self.device_index)
 
     def wait_event(self, event: "torch.Event") -> None:
+        """Make work queued on this stream from now on wait until ``event`` completes.
+
+        Returns at once: the host does not wait."""
         _check_type("wait_event", "event", event, torch.Event)
         event.wait(self)
 
@@ -61,6 +65,7 @@ class Stream(torch.Stream):
         return event
 
     def wait_stream(self, stream: "torch.Stream") -> None:
+        """Make work queued on this stream from now on wait for the work queued on ``stream`` so far."""
         _check_type("wait_stream", "stream", stream, torch.Stream)
         self.wait_event(stream.record_event())
 
