@@ -34,7 +34,7 @@ $(VENV)/.deps-stamp: requirements-dev.txt
 SPHINXOPTS ?= -q
 .PHONY: docs
 docs: build
-	$(PY) -m sphinx -b html -W --keep-going $(SPHINXOPTS) -d docs/_build/doctrees docs docs/_build/html
+	$(PY) -m sphinx -b html -W --keep-going -E $(SPHINXOPTS) -d docs/_build/doctrees docs docs/_build/html
 
 # Always re-run: CMake's cached build directory (build/) makes it incremental.
 # TORCH_DEVICE_BACKEND_AUTOLOAD=0: a half-built backend must not break the
