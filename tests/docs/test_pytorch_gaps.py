@@ -333,6 +333,20 @@ def device_to_aten():
     if "openreg" not in DEVICE_TO_ATEN:
         raise Gap(f"cpp_utils.DEVICE_TO_ATEN has no openreg: {sorted(DEVICE_TO_ATEN)}")
 check("cpp_device_to_aten", device_to_aten)
+
+def python_wrapper_kernel_call():
+    # The base wrapper calls a C++ (non-Triton) kernel on cpu and mps only.
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+    with V.set_graph_handler(GraphLowering(torch.fx.symbolic_trace(lambda x: x + 1))):
+        wrapper = PythonWrapperCodegen()
+        wrapper._generate_kernel_call_helper("kernel", [], device=torch.device("cpu"),
+                                             triton=False)
+        wrapper._generate_kernel_call_helper("kernel", [], device=torch.device("openreg", 0),
+                                             triton=False)
+check("python_wrapper_kernel_call", python_wrapper_kernel_call, RuntimeError,
+      r"^RuntimeError: device openreg nyi$")
 ''')
 
 # torch.accelerator.memory_* on a backend whose allocator is a plain
@@ -626,6 +640,11 @@ class TestCompileGaps:
     @gap("Inductor: get_current_backend answers config.cuda_backend for unknown devices")
     def test_inductor_current_backend(self, children):
         outcome(children, "compile", "inductor_current_backend")
+
+    @gap("Inductor: the Python wrapper calls C++ kernels on cpu and mps only "
+         "('device openreg nyi')")
+    def test_python_wrapper_kernel_call(self, children):
+        outcome(children, "compile", "python_wrapper_kernel_call")
 
     @gap("Inductor: cpp_utils.DEVICE_TO_ATEN maps in-tree device types only")
     def test_cpp_wrapper_device_to_aten(self, children):
