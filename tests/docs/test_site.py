@@ -215,6 +215,11 @@ class TestInBrowser:
     def test_index_screenshot(self, browser, served):
         errors = browser.open(served + "index.html")
         assert not errors, errors
+        # sphinx-copybutton: one copy button per code block.
+        blocks, buttons = browser.evaluate(
+            "[document.querySelectorAll('article div.highlight').length,"
+            " document.querySelectorAll('article div.highlight button.copybtn').length]")
+        assert blocks >= 1 and buttons == blocks, (blocks, buttons)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shot = SCREENSHOTS / "index.png"
         browser.screenshot(shot)
