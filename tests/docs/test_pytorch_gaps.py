@@ -143,6 +143,33 @@ def fake_backend():
 check("fake_backend", fake_backend, RuntimeError, NO_BACKEND)
 ''')
 
+# A custom backend mixed with gloo ("cpu:gloo,openreg:occl", as examples/ddp_train.py
+# and every job that also has CPU tensors initialise): the group's default backend
+# is left unset, and destroy_process_group warns. With nccl in the map, it is set.
+child("mixed_default_backend", C10D_PRELUDE + r'''
+import os, tempfile
+
+def mixed_default_backend():
+    dist.init_process_group("cpu:gloo,openreg:occl", store=dist.HashStore(), rank=0,
+                            world_size=1, timeout=T)
+    t = torch.ones(2, device=OPENREG0)
+    dist.all_reduce(t)
+    # The warning is C++'s (TORCH_WARN to stderr): catch file descriptor 2.
+    saved, log = os.dup(2), tempfile.TemporaryFile()
+    os.dup2(log.fileno(), 2)
+    try:
+        dist.destroy_process_group()
+    finally:
+        os.dup2(saved, 2)
+    log.seek(0)
+    text = log.read().decode(errors="replace")
+    m = re.search(r"No backend of type 0 found for Process Group with name undefined\. "
+                  r"Assuming no hooks are registered\.", text)
+    if m:
+        raise Gap(m.group(0))
+check("mixed_default_backend", mixed_default_backend)
+''')
+
 # register_backend(devices="openreg"): documented as "str or list of str".
 # Without openreg's autoload (which registers occl with a list), as a
 # backend's own package would register it; rename_privateuse1_backend is
@@ -542,6 +569,11 @@ class TestDistributedGaps:
     @gap("c10d: register_backend(devices='openreg') iterates the string letter by letter")
     def test_register_backend_devices_as_a_string(self, children):
         outcome(children, "register_backend_str")
+
+    @gap("c10d: a plugin backend mixed with gloo leaves the group's default backend unset "
+         "(Backend._plugins keys are upper case, device_backend_map values lower case)")
+    def test_mixed_plugin_backend_sets_the_default_backend(self, children):
+        outcome(children, "mixed_default_backend")
 
     @gap("DTensorTestBase.init_pg accepts only an allow-list of backend strings")
     def test_dtensor_test_base_init_pg_default_backend(self, children):
