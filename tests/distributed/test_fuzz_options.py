@@ -90,6 +90,9 @@ class TestProcessGroupOptions:
             "timeout=10000y": "ok",
             "group_name=None": PYBIND_TYPE + r".*seconds=1\), None",
             "group_name=1MB": "ok",
+            "set_timeout(-1s)": r"ValueError: ProcessGroupOCCL: timeout must be positive, got -1000 ms$",
+            "set_timeout(timedelta.max)": r"ValueError: ProcessGroupOCCL: timeout must be positive, got -\d+ ms \(a",
+            "set_timeout(10000y)": "ok",
             # Work.wait's deadline overflowed: a false timeout at once.
             "wait(10000y)": "ok",
             "wait(timedelta.max)": r"ValueError: Work.wait: timeout must be positive, got -\d+ ms \(a timedelta",

@@ -42,6 +42,12 @@ def allreduce_one(pg):
     assert t.cpu().tolist() == [0.0, 1.0, 2.0, 3.0], t
 
 
+def set_timeout_then_allreduce(timeout):
+    pg = ProcessGroupOCCL(dist.HashStore(), 0, 1, SECOND, "st")
+    pg.set_timeout(timeout)
+    allreduce_one(pg)
+
+
 def open_fds():
     return len(os.listdir("/proc/self/fd"))
 
@@ -70,6 +76,11 @@ def ctor_cases():
         "timeout=10000y": lambda: allreduce_one(
             ProcessGroupOCCL(store, 0, 1, datetime.timedelta(days=3652500), "long")),
         "group_name=None": lambda: ProcessGroupOCCL(store, 0, 1, SECOND, None),
+        # Backend.set_timeout (c10d's _set_pg_timeout) takes the same checks.
+        "set_timeout(-1s)": lambda: ProcessGroupOCCL(store, 0, 1, SECOND, "st").set_timeout(-SECOND),
+        "set_timeout(timedelta.max)": lambda: ProcessGroupOCCL(store, 0, 1, SECOND, "st").set_timeout(
+            datetime.timedelta.max),
+        "set_timeout(10000y)": lambda: set_timeout_then_allreduce(datetime.timedelta(days=3652500)),
         "group_name=1MB": lambda: allreduce_one(ProcessGroupOCCL(store, 0, 1, SECOND, "n" * 2 ** 20)),
     }
 
