@@ -173,12 +173,20 @@ class Browser:
 
     def open(self, url, settle=0.3):
         """Load ``url``; return its console errors, exceptions and failed loads."""
+        return self._load(lambda: self.call("Page.navigate", url=url), url, settle)
+
+    def follow(self, expression, settle=0.3):
+        """Run ``expression``, which leaves the page (a click, a form submission),
+        and wait for the next page as :meth:`open` does."""
+        return self._load(lambda: self.evaluate(expression), expression, settle)
+
+    def _load(self, start, what, settle):
         self.errors = []
         self._loaded = False
-        self.call("Page.navigate", url=url)
+        start()
         deadline = time.monotonic() + self.timeout
         while not self._loaded:
-            self._event(self._receive(deadline, f"load event of {url}"))
+            self._event(self._receive(deadline, f"load event after {what}"))
         # Errors from scripts that run just after the load event.
         end = time.monotonic() + settle
         while time.monotonic() < end:

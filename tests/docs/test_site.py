@@ -189,8 +189,14 @@ class TestInBrowser:
         assert browser.evaluate("document.querySelectorAll('article h1').length") == 1, page
 
     def test_search_finds_record_stream(self, browser, served):
-        errors = browser.open(served + "search.html?q=record_stream")
+        # Typed into the sidebar's search box on the index and submitted.
+        assert not browser.open(served + "index.html")
+        errors = browser.follow(
+            "(() => { const f = document.querySelector('form[action$=\"search.html\"]');"
+            " f.querySelector('input[name=q]').value = 'record_stream'; f.requestSubmit(); })()")
         assert not errors, errors
+        assert browser.evaluate("location.pathname + location.search").startswith(
+            "/search.html?q=record_stream")
         # Sphinx's search runs in the page after the index script loads.
         n = browser.wait_for("document.querySelectorAll('#search-results ul.search li').length",
                              timeout=20)
