@@ -43,16 +43,19 @@ def documented_name(module, name):
     return f"{prefix}.{name}"
 
 
+def sphinx_build(source, out, doctrees):
+    """`make docs`'s command, from scratch (-E: a reused environment would not
+    repeat the warnings of unchanged pages)."""
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-E", "-q",
+         "-d", str(doctrees), str(source), str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """Build the site as `make docs` does, from scratch (-E: a reused environment
-    would not repeat the warnings of unchanged pages)."""
-    doctrees = tmp_path_factory.mktemp("doctrees")
     start = time.monotonic()
-    r = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-E", "-q",
-         "-d", str(doctrees), str(DOCS), str(HTML)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    r = sphinx_build(DOCS, HTML, tmp_path_factory.mktemp("doctrees"))
     print(f"sphinx build: {time.monotonic() - start:.1f} s")
     return r
 
@@ -63,6 +66,21 @@ class TestBuild:
     def test_builds_without_warnings(self, site):
         assert site.returncode == 0 and "WARNING" not in site.stderr, (
             f"sphinx -W failed (exit {site.returncode}):\n{site.stderr[-6000:]}")
+
+    def test_bad_links_and_references_fail_the_build(self, tmp_path):
+        # docs/conf.py on a two-page site whose second page links to a missing
+        # page, a missing heading and a missing function of torch.openreg.
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / "conf.py").write_text((DOCS / "conf.py").read_text())
+        (src / "index.md").write_text("# Index\n\n```{toctree}\npage\n```\n")
+        (src / "page.md").write_text(
+            "# Page\n\n[a](missing.md), [b](index.md#no-such-heading), "
+            "{py:func}`torch.openreg.no_such_function`\n")
+        r = sphinx_build(src, tmp_path / "html", tmp_path / "doctrees")
+        assert r.returncode != 0
+        for target in ("missing.md", "no-such-heading", "torch.openreg.no_such_function"):
+            assert re.search(rf"page.md:\d+: WARNING: .*{re.escape(target)}", r.stderr), r.stderr
 
     def test_toctree_orders_the_pages(self):
         # Overview, then the integration guide in the vendor's order, then reference.
