@@ -96,4 +96,4 @@ check-asan-glue: venv
 	  $(PY) -m pytest $(GLUE_TESTS) $(GLUE_SELECT) -s -p no:cacheprovider $(PYTEST_ARGS)
 
 clean:
-	rm -rf build build-asan build-tsan build-asan-glue $(VENV)
+	rm -rf build build-asan build-tsan build-asan-glue docs/_build $(VENV)
