@@ -21,8 +21,8 @@ source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build"]
 
-# MyST: anchors for `page.md#a-heading` links (headings down to ###).
-myst_heading_anchors = 3
+# MyST: anchors for `page.md#a-heading` links (headings down to ####).
+myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
 
 # Every cross-reference must resolve (a bad one is a warning, so an error),

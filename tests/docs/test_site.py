@@ -222,7 +222,7 @@ class TestInBrowser:
         hits = browser.evaluate(
             "Array.from(document.querySelectorAll('#search-results ul.search li a'))"
             ".map(a => a.getAttribute('href'))")
-        assert any(h.startswith(("sanitizer.html", "device.html")) for h in hits), hits
+        assert any(h.startswith(("sanitizer.html", "streams.html", "memory.html")) for h in hits), hits
 
     @pytest.mark.parametrize("page", PLOT_PAGES)
     def test_benchmark_plots_load(self, browser, served, page):
