@@ -74,20 +74,20 @@ check-tsan: venv
 # The torch glue under ASan + UBSan: the whole project (runtime, glue,
 # profiler, liboccl and its c10d ProcessGroup, the Inductor backend) built
 # instrumented into build-asan-glue/, installed with the package's Python
-# files into build-asan-glue/install, and the device, operator and
-# distributed tests run with that package first on PYTHONPATH (the venv's
-# torch_openreg is untouched; run.py's asan-glue kind sets it up): the smoke
-# tests of the device, operators, profiler and runtime, both harness tests
-# (planted bugs in the runtime and the glue), and the quick distributed and
-# compile tests (none of them smoke-marked): collectives on 2 ranks, groups,
-# DDP under torchrun and its timer, FSDP2, one torch.compile example.
-GLUE_TESTS ?= tests/device tests/ops tests/profiler tests/runtime/test_smoke.py \
+# files into build-asan-glue/install, and tests run with that package first
+# on PYTHONPATH (the venv's torch_openreg is untouched; run.py's asan-glue
+# kind sets it up): every test of tests/device and tests/profiler, the smoke
+# tests of tests/ops and the runtime, both harness tests (planted bugs in the
+# runtime and the glue), and the quick distributed and compile tests (none of
+# them smoke-marked): collectives on 2 ranks, groups, DDP under torchrun and
+# its timer, FSDP2, a torch.compile example, the C++ wrapper (AOTI shim).
+GLUE_TESTS ?= tests/device tests/profiler tests/ops tests/runtime/test_smoke.py \
   tests/runtime/test_sanitizer_harness.py \
   "tests/distributed/test_collectives.py::TestCollectives::test_every_operation_matches_cpu[2]" \
   tests/distributed/test_collectives.py::TestCollectives::test_registered_on_import \
   tests/distributed/test_groups.py tests/distributed/test_ddp.py tests/distributed/test_fsdp.py \
-  tests/compile/test_example.py
-GLUE_SELECT ?= -m "smoke or distributed or compile or runtime"
+  tests/compile/test_example.py tests/compile/test_cpp_wrapper.py
+GLUE_SELECT ?= -m "smoke or device or profiler or distributed or compile or runtime"
 check-asan-glue: venv
 	$(call sanitizer_build,asan-glue,address;undefined,OFF)
 	cp -r openreg_python/torch_openreg/. build-asan-glue/install/torch_openreg/

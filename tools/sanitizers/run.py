@@ -46,6 +46,7 @@ def main(argv):
     install = os.path.join(build, "install")
     env["OPENREG_TEST_TORCH_FREE_DIR"] = os.path.join(install, "torch_openreg")
     env["OPENREG_TEST_SANITIZER"] = kind
+    # [docs:asan-glue-env]
     if kind == "asan-glue":
         # The instrumented package before the venv's (an environment
         # variable, so children inherit it; entry points still come from the
@@ -55,6 +56,7 @@ def main(argv):
         env["OPENREG_TEST_SANITIZER_GLUE"] = install
         kind = "asan"  # the same sanitizer: the runtime's planted bug is checked too
         env["OPENREG_TEST_SANITIZER"] = kind
+    # [docs:asan-glue-env:end]
     log = f"log_path={reports}/{kind}"
     # Strict memory's faults stay SIGSEGVs (the tests that expect one check them).
     common = "halt_on_error=1:handle_segv=0:allow_user_segv_handler=1"
