@@ -16,6 +16,8 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <limits>
+
 namespace py = pybind11;
 
 namespace torch {
@@ -373,13 +375,17 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("tensor"));
 
 #ifdef OPENREG_SANITIZER_SELFTEST
-  // A planted bug, compiled into sanitizer builds only (make check-asan-glue):
-  // a glue run that does not report it is not checking the glue
-  // (tests/device/test_sanitizer_glue.py runs it in a child process).
+  // Planted bugs, compiled into sanitizer builds only (make check-asan-glue):
+  // a glue run that does not report them is not checking the glue
+  // (tests/device/test_sanitizer_glue.py runs each in a child process).
   m.def("_planted_heap_overflow", [] {
     char* volatile p = new char[8];
     p[8] = 1;  // one past the end
     delete[] p;
+  });
+  m.def("_planted_signed_overflow", [](int x) {
+    volatile int big = std::numeric_limits<int>::max();
+    return big + x;  // undefined for x > 0
   });
 #endif
 }

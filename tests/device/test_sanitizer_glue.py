@@ -6,9 +6,9 @@ installs it there and puts it first on PYTHONPATH
 ``OPENREG_TEST_SANITIZER_GLUE``). If the venv's uninstrumented package were
 imported instead, every test of the run would pass and prove nothing: here
 the package, its extension modules and every library of ours mapped into the
-process must come from the sanitizer build, and a bug planted in the glue's
-``_C`` (sanitizer builds only) must be reported by ASan.
-Outside that run the planted bug must not be compiled in.
+process must come from the sanitizer build, and the bugs planted in the
+glue's ``_C`` (sanitizer builds only) must be reported, one by ASan, one by
+UBSan. Outside that run the planted bugs must not be compiled in.
 """
 
 import os
@@ -23,6 +23,17 @@ GLUE = os.environ.get("OPENREG_TEST_SANITIZER_GLUE", "")
 # only when torch.compile first needs them).
 LIBRARIES = {"libopenreg.so", "libtorch_openreg.so", "libopenreg_profiler.so", "liboccl.so",
              "libtorch_openreg_occl.so"}
+
+
+def reports_to_stderr():
+    """The run's sanitizer options, with reports going to the child's stderr
+    instead of the run's report directory (where they would fail the run)."""
+    env = {}
+    for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        opts = [o for o in os.environ.get(var, "").split(":")
+                if o and not o.startswith("log_path=")]
+        env[var] = ":".join(opts)
+    return env
 
 
 def mapped_files():
@@ -58,16 +69,23 @@ class TestSanitizerGlue:
 
         assert hasattr(torch_openreg._C, "_planted_heap_overflow"), \
             "the ASan glue build lacks its self-test"
-        # The report goes to stderr instead of the run's report directory
-        # (where it would fail the run).
-        opts = [o for o in os.environ.get("ASAN_OPTIONS", "").split(":")
-                if o and not o.startswith("log_path=")]
         res = run_python("import torch, torch_openreg\n"
                          "torch_openreg._C._planted_heap_overflow()\n",
-                         timeout=180, env={"ASAN_OPTIONS": ":".join(opts)})
+                         timeout=180, env=reports_to_stderr())
         assert res.returncode != 0
         assert "ERROR: AddressSanitizer: heap-buffer-overflow" in res.stderr, res.stderr[-3000:]
         assert "Module.cpp" in res.stderr  # symbolised, in the glue
+
+    @pytest.mark.skipif(not GLUE, reason="runs under make check-asan-glue")
+    def test_ubsan_reports_a_planted_signed_overflow_in_the_glue(self):
+        # UBSan is compiled into the glue too, and stops the process
+        # (-fno-sanitize-recover=undefined).
+        res = run_python("import torch, torch_openreg\n"
+                         "torch_openreg._C._planted_signed_overflow(1)\n",
+                         timeout=180, env=reports_to_stderr())
+        assert res.returncode != 0
+        assert "runtime error: signed integer overflow" in res.stderr, res.stderr[-3000:]
+        assert "Module.cpp" in res.stderr
 
     def test_normal_builds_do_not_carry_the_planted_bug(self):
         if GLUE:
@@ -75,3 +93,4 @@ class TestSanitizerGlue:
         import torch_openreg
 
         assert not hasattr(torch_openreg._C, "_planted_heap_overflow")
+        assert not hasattr(torch_openreg._C, "_planted_signed_overflow")
