@@ -525,7 +525,10 @@ void allreduce_tcp(occlComm* c, const OpCtx& ctx, const char* in, char* out, siz
   const size_t chunk = std::max<size_t>(size_t(n), tcp_share_bytes() / es * size_t(n));
   const size_t nchunks = ceil_div(count, chunk);
   const size_t stages = std::min(kTcpStages, nchunks);
-  const size_t share_max = ceil_div(chunk, size_t(n)) * es;
+  // (the largest share there is: a chunk of OCCL_TCP_CHUNK bytes per rank,
+  // or the whole message if it is smaller, so that a large setting costs
+  // nothing for small all-reduces)
+  const size_t share_max = ceil_div(std::min(chunk, count), size_t(n)) * es;
   if (c->tcp_stage.size() < size_t(n) * stages * share_max)
     c->tcp_stage.resize(size_t(n) * stages * share_max);
   auto stage = [&](int p, size_t k) {
@@ -1063,6 +1066,83 @@ void check_env_options() {
 }
 }  // namespace occl
 
+namespace {
+// [docs:occl-allreduce-hier]
+// All-reduce in two levels (a communicator that mixes shared memory and TCP,
+// see build_hierarchy): reduce onto the node's leader through shared memory,
+// all-reduce among the leaders over TCP (the pipelined algorithm: every byte
+// crosses the network once per leader instead of once per rank pair), and
+// broadcast the result back through shared memory. Avg sums at both levels
+// and divides once at the end; a pre-multiplied sum scales at the first
+// level only. One round of the whole communicator first, so that a
+// mismatched collective still fails at once on every rank.
+//
+// Floating-point sums are then associated by node ((x0 + x1) + (x2 + x3))
+// rather than in rank order, as NCCL's ring and tree also do: results still
+// agree on every rank, and differ from the one-level paths by rounding.
+// Half-precision types keep the one-level paths, where each level's partial
+// sum would be rounded to 16 bits.
+bool use_hierarchy(const occlComm* c, size_t bytes, occlDataType_t t) {
+  return c->local != nullptr && bytes > kSmallAllReduce && t != occlFloat16 &&
+         t != occlBFloat16;
+}
+
+// The three steps of allreduce_hier; *level names the one running.
+void allreduce_levels(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
+                      size_t es, occlDataType_t t, occlRedOp_t op, const occlComm** level,
+                      const char** level_name) {
+  occlRedOp_t first = op, second = op;
+  if (op.kind == occlAvg) first.kind = second.kind = occlSum;
+  if (op.kind == occlPreMulSum) second = occlRedOp_t{occlSum, 1.0};
+  occlComm* node = c->local;
+  if (node->nranks > 1) {
+    allreduce_shm(node, ctx, in, out, count, t, first, 0, kReduce);
+  } else {
+    const void* src = in;
+    reduce(out, &src, 1, count, t, first, 1);  // a copy (scaled, for a pre-multiplied sum)
+  }
+  if (occlComm* leaders = c->leaders) {
+    *level = leaders;
+    *level_name = "leaders'";
+    if (use_tcp_pipeline(leaders, count * es))
+      allreduce_tcp(leaders, ctx, out, out, count, t, second);
+    else
+      allreduce_shm(leaders, ctx, out, out, count, t, second, -1, kAllReduce);
+    if (op.kind == occlAvg) {
+      const void* src = out;
+      reduce(out, &src, 1, count, t, op, c->nranks);
+    }
+  }
+  *level = node;
+  *level_name = "node";
+  if (node->nranks > 1) broadcast_shm(node, ctx, out, out, count, t, 0);
+}
+
+// An error of one of the levels names that level's ranks: say which they are.
+[[noreturn]] void rethrow_from_level(const Error& e, const occlComm* level, const char* what) {
+  std::string map;
+  for (size_t i = 0; i < level->parent_ranks.size(); ++i)
+    map += format("%sits rank %zu is rank %d here", i ? ", " : "", i, level->parent_ranks[i]);
+  throw Error(e.result, format("%s [ranks as numbered in the %s level: %s]", e.what(), what,
+                               map.c_str()));
+}
+
+void allreduce_hier(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
+                    occlDataType_t t, occlRedOp_t op) {
+  const size_t es = occlTypeSize(t);
+  c->post_and_wait(ctx, desc(kAllReduce, t, ++c->coll_seq, count, -1, op.kind, 0));
+  const occlComm* level = c->local;
+  const char* level_name = "node";
+  try {
+    allreduce_levels(c, ctx, in, out, count, es, t, op, &level, &level_name);
+  } catch (const Error& e) {
+    rethrow_from_level(e, level, level_name);
+  }
+}
+
+// [docs:occl-allreduce-hier:end]
+}  // namespace
+
 size_t occlTypeSize(occlDataType_t t) {
   static const size_t sizes[] = {1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 1, 8, 16};
   return unsigned(t) < occlNumTypes ? sizes[t] : 0;
@@ -1081,7 +1161,9 @@ occlResult_t occlAllReduce(const void* send, void* recv, size_t count, occlDataT
     const char* in = c->kv(send);
     char* out = c->kv(recv);
     return enqueue(c, "occl:allreduce", describe(count, t), stream, [=](const OpCtx& ctx) {
-      if (use_zero_copy(c, count * es))
+      if (use_hierarchy(c, count * es, t))
+        allreduce_hier(c, ctx, in, out, count, t, op);
+      else if (use_zero_copy(c, count * es))
         allreduce_zc(c, ctx, send, recv, in, out, count, t, op);
       else if (use_tcp_pipeline(c, count * es))
         allreduce_tcp(c, ctx, in, out, count, t, op);

@@ -302,6 +302,10 @@ void occlComm::fail(uint64_t seq, occlResult_t r, const std::string& msg) {
       futex(&me->doorbell.v, FUTEX_WAKE, INT_MAX, nullptr);
     }
   }
+  // The node's and the leaders' communicators carry this one's operations:
+  // their peers must not wait for a rank that has given up.
+  if (local) local->fail(seq, r, msg);
+  if (leaders) leaders->fail(seq, r, msg);
 }
 
 char* occlComm::peer_buffer(int p, const orIpcMemHandle_t& handle, uint64_t off, size_t bytes) {
@@ -367,7 +371,11 @@ void occlComm::unmap_all() {
   listen_fd = -1;
 }
 
-occlComm::~occlComm() { unmap_all(); }
+occlComm::~occlComm() {
+  delete local;
+  delete leaders;
+  unmap_all();
+}
 
 // ------------------------------------------------------------ bootstrap
 namespace {
@@ -546,6 +554,37 @@ std::unique_ptr<occlComm> new_comm(int nranks, int rank, const occlConfig_t* cfg
   return c;
 }
 
+
+// [docs:occl-hierarchy]
+// A communicator whose ranks are on several hosts (some pairs over shared
+// memory, some over TCP) gets two levels, made by two splits of it: the
+// ranks of each node (those reached through shared memory; the first of
+// them is the node's leader), and the leaders. Every rank decides alike:
+// whether some pair is over TCP and not every pair is, is known to all from
+// init's barrier, and a node is named by its lowest rank.
+bool mixed_transports(const occlComm* c) {
+  return c->nranks > 2 && c->slot_bytes == kSlotBytes && !c->all_tcp;
+}
+
+void build_hierarchy(occlComm* c) {
+  int node = c->rank;
+  for (int p = 0; p < c->nranks; ++p)
+    if (p != c->rank && !c->peers[size_t(p)].tcp) node = std::min(node, p);
+  const std::string local_name = c->name + "/node", leaders_name = c->name + "/leaders";
+  occlConfig_t local_cfg{c->device, c->timeout_ms, local_name.c_str()};
+  occlConfig_t leaders_cfg{c->device, c->timeout_ms, leaders_name.c_str()};
+  occlComm_t local = nullptr, leaders = nullptr;
+  occlResult_t r = occlCommSplit(c, node, c->rank, &local, &local_cfg);
+  if (r == occlSuccess)
+    r = occlCommSplit(c, node == c->rank ? 0 : OCCL_SPLIT_NOCOLOR, c->rank, &leaders,
+                      &leaders_cfg);
+  c->local = local;
+  c->leaders = leaders;
+  if (r != occlSuccess)
+    throw Error(r, std::string("building the node/leader levels: ") + occlGetLastError());
+}
+// [docs:occl-hierarchy:end]
+
 }  // namespace
 
 // ------------------------------------------------------------ API
@@ -586,6 +625,7 @@ occlResult_t occlCommInitRank(occlComm_t* out, int nranks, int rank, occlStore* 
   try {
     connect(c.get(), store);
     finish_init(c.get());
+    if (mixed_transports(c.get())) build_hierarchy(c.get());
   } catch (const Error& e) {
     return set_last_error(e.result, std::string("occlCommInitRank: ") + e.what());
   } catch (const std::exception& e) {
@@ -648,6 +688,7 @@ occlResult_t occlCommSplit(occlComm_t comm, int color, int key, occlComm_t* newc
       for (size_t i = 0; i < members.size(); ++i)
         if (members[i].second == comm->rank) new_rank = int(i);
       c = new_comm(int(members.size()), new_rank, &cfg);
+      for (const auto& m : members) c->parent_ranks.push_back(m.second);
       memcpy(c->job_token, comm->job_token, sizeof(c->job_token));
       info = create_segment(c.get());
     }
@@ -679,6 +720,13 @@ occlResult_t occlCommSplit(occlComm_t comm, int color, int key, occlComm_t* newc
     return set_last_error(occlInternalError, std::string("occlCommSplit: ") + e.what());
   }
   comm->completed.store(seq);
+  if (c && mixed_transports(c.get())) {  // collective over the new group's members
+    try {
+      build_hierarchy(c.get());
+    } catch (const Error& e) {
+      return set_last_error(e.result, std::string("occlCommSplit: ") + e.what());
+    }
+  }
   *newcomm = c.release();
   return occlSuccess;
 }
@@ -694,6 +742,8 @@ occlResult_t occlCommDestroy(occlComm_t comm) {
 occlResult_t occlCommAbort(occlComm_t comm) {
   if (!comm) return occlSuccess;
   comm->aborting.store(true);
+  for (occlComm* sub : {comm->local, comm->leaders})
+    if (sub) sub->aborting.store(true);
   comm->fail(comm->completed.load() + 1, occlRemoteError,
              format("communicator %s was aborted by rank %d", comm->name.c_str(), comm->rank));
   // Running work notices `aborting` within one sleep slice.

@@ -276,6 +276,18 @@ struct occlComm {
   uint64_t error_seq = 0;
   std::string error_msg;
 
+  // Two levels for a communicator that mixes shared memory and TCP (ranks on
+  // several hosts): `local` holds this rank's node (the ranks it reaches
+  // through shared memory), `leaders` the first rank of every node (null on
+  // the others). Made at init by two splits; large all-reduces reduce onto
+  // the node's leader, all-reduce among the leaders over TCP, and broadcast
+  // back (allreduce_hier). Owned by this communicator.
+  occlComm* local = nullptr;
+  occlComm* leaders = nullptr;
+  // Made by occlCommSplit: rank i here is rank parent_ranks[i] of the parent
+  // (for messages from the two levels, which name their own ranks).
+  std::vector<int> parent_ranks;
+
   ~occlComm();
   char* kv(const void* dev) const {
     return dev ? const_cast<char*>(static_cast<const char*>(dev)) + kview_offset : nullptr;

@@ -102,5 +102,12 @@ class TestLibOccl:
         assert name == "occlRemoteError" and float(seconds) < 5, out
         assert "rank 1" in out and "died" in out and "seq" in out, out
 
+    def test_tcp_staging_is_sized_by_the_message(self, tmp_path):
+        results = run_ranks("occl_lib.py", 2, timeout=120, args=(tmp_path, "bigchunk"),
+                            env={"OCCL_TRANSPORT": "tcp", "OCCL_TCP_CHUNK": str(1 << 30)})
+        check_ok(results)
+        for _, out, _ in results:
+            assert out.split()[0] == "OK" and int(out.split()[1]) < 512, out  # peak RSS, MiB
+
     def test_invalid_arguments_are_refused(self, tmp_path):
         check_ok(run_ranks("occl_lib.py", 2, timeout=60, args=(tmp_path, "invalid")))
