@@ -90,24 +90,47 @@ VARIANTS = {
 }
 
 
-def launch(nranks, quick, timeout, extra_env=None, latency=False):
+def launch(nranks, quick, timeout, extra_env=None, latency=False, nodes=1):
+    """One run of nranks ranks: on this host, or split evenly over `nodes`
+    network namespaces with their own hostnames (tests/distributed/_netns.py),
+    so that ranks on different nodes talk over the veth link: occl over TCP
+    between nodes and shared memory within one, gloo over TCP everywhere."""
+    cluster = None
+    if nodes > 1:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from tests.distributed import _netns
+        reason = _netns.skip_reason()
+        if reason:
+            raise SystemExit(f"--nodes {nodes}: {reason}")
+        cluster = _netns.Cluster(nodes).__enter__()
+        master = cluster.addr(0)
+    else:
+        master = "127.0.0.1"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
-    for r in range(nranks):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(nranks), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), LOCAL_RANK=str(r), **(extra_env or {}))
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"] + (["--quick"] if quick else [])
-                                      + (["--latency"] if latency else []),
-                                      env=env, stdout=subprocess.PIPE, text=True))
+    per_node = nranks // nodes
     try:
+        for r in range(nranks):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(nranks), MASTER_ADDR=master,
+                       MASTER_PORT=str(port), LOCAL_RANK=str(r % per_node),
+                       **(extra_env or {}))
+            argv = [sys.executable, os.path.abspath(__file__), "--worker"] + \
+                (["--quick"] if quick else []) + (["--latency"] if latency else [])
+            if cluster:
+                env["GLOO_SOCKET_IFNAME"] = "eth0"  # the node's link, as on a real cluster
+                procs.append(cluster.spawn(r // per_node, argv, env=env, stderr=None))
+            else:
+                procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=timeout)[0] for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        if cluster:
+            cluster.close()
     for p in procs:
         if p.returncode:
             raise SystemExit(f"a rank failed ({p.returncode})")
@@ -140,6 +163,9 @@ def main():
     ap.add_argument("--plot", default=None, help="write a PNG of bus bandwidth against size")
     ap.add_argument("--variants", default="zero-copy",
                     help="occl transports to measure, comma-separated: " + ",".join(VARIANTS))
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="split the ranks over this many virtual nodes (network namespaces; "
+                         "needs root): 2 with --ranks 4 is 2 nodes x 2 ranks")
     ap.add_argument("--json", default=None, help="write every measurement here")
     ap.add_argument("--repeat", type=int, default=1,
                     help="launch each configuration this many times and report the medians "
@@ -152,11 +178,12 @@ def main():
     for n in map(int, args.ranks.split(",")):
         for variant in variants:
             runs = [launch(n, args.quick, timeout=120 if args.quick else 1200,
-                           extra_env=VARIANTS[variant], latency=args.latency)
+                           extra_env=VARIANTS[variant], latency=args.latency, nodes=args.nodes)
                     for _ in range(args.repeat)]
             rows = median_rows(runs)
             all_rows[(n, variant)] = rows
-            print(f"\n{n} ranks, occl {variant}{' (quick)' if args.quick else ''}")
+            where = f" over {args.nodes} nodes" if args.nodes > 1 else ""
+            print(f"\n{n} ranks{where}, occl {variant}{' (quick)' if args.quick else ''}")
             print(f"{'op':<15}{'size':>9}{'occl us':>11}{'gloo us':>11}{'occl busbw':>12}"
                   f"{'gloo busbw':>12}{'ratio':>8}")
             by = {(r["op"], r["bytes"], r["backend"]): r for r in rows}
