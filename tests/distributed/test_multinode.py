@@ -263,3 +263,20 @@ class TestSoak:
         if not os.environ.get("OPENREG_TEST_SOAK_LONG"):
             pytest.skip("the long soak (5000 iterations) runs with OPENREG_TEST_SOAK_LONG=1")
         soak(cluster, 5000)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+class TestNetworkDelayAndLoss:
+    def test_delay_and_loss_only_slow_the_collectives(self, cluster):
+        # Delay and loss need the kernel's netem queueing discipline; where it
+        # is missing (as on the development machines) the test says so.
+        r = subprocess.run(["ip", "netns", "exec", cluster.ns(1), "tc", "qdisc", "add", "dev",
+                            "eth0", "root", "netem", "delay", "20ms", "loss", "1%"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            pytest.skip(f"tc netem is not available here ({r.stderr.strip()}): delay and loss "
+                        "are not tested")
+        ranks = Ranks(cluster, {"FAULT_TIMEOUT_S": "60", "STEPS": "4", "SIZE_MB": "16"})
+        ranks.wait(range(4), lambda s: s.startswith("DONE"), 300, "every step completes")
+        assert ranks.exit_codes(range(4), 30) == [0] * 4
