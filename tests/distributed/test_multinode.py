@@ -223,6 +223,34 @@ class TestNetworkFaults:
         assert ranks.exit_codes(range(4), 30) == [0] * 4
 
 
+@pytest.mark.distributed
+class TestForeignConnections:
+    def test_connections_with_the_wrong_identity_are_refused_across_nodes(self, cluster,
+                                                                          tmp_path):
+        # liboccl alone (workers/occl_lib.py, case "impostor"), rank 0 on node 0 and
+        # rank 1 on node 1, bootstrapping through a directory both can see. Before
+        # connecting for real, rank 1 opens three connections to rank 0 from the
+        # other node with the wrong identity (another job's token, a rank that
+        # does not exist, a hello meant for another rank): each is refused and
+        # closed, and the real pair then works (over TCP: different hosts).
+        procs = []
+        for node in (0, 1):
+            env = child_env({"RANK": str(node), "WORLD_SIZE": "2",
+                             "MASTER_ADDR": cluster.addr(0), "OCCL_TEST_TIMEOUT_MS": "20000"})
+            procs.append(cluster.spawn(node, [sys.executable,
+                                              os.path.join(WORKERS, "occl_lib.py"),
+                                              str(tmp_path), "impostor"], env=env, cwd=REPO))
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            results.append((p.returncode, out, err))
+        for rc, out, err in results:
+            assert rc == 0, (out, err[-3000:])
+            assert out.split() == ["OK", "tcp"], out
+        assert results[0][2].count("refused a TCP connection with the wrong identity") == 3, \
+            results[0][2]
+
+
 # ------------------------------------------------------------ soak
 def soak(cluster, iterations):
     import json
