@@ -67,8 +67,9 @@ class TestMultiNode:
                                env={"EXAMPLES": "2", "OCCL_EXPECT_TRANSPORT": "shm+tcp"})
         for i, (rc, out, err) in enumerate(results):
             assert rc == 0, f"node {i} exited with {rc}\n{out[-2000:]}\n{err[-4000:]}"
-        oks = sum(line.strip() == "OK" for _, out, _ in results for line in out.splitlines())
-        assert oks == 4, [out[-1000:] for _, out, _ in results]
+        # torchrun interleaves its ranks' output ("OKOK" on one line happens).
+        assert sum(out.count("OK") for _, out, _ in results) == 4, \
+            [out[-1000:] for _, out, _ in results]
 
     def test_ddp_example_on_two_nodes(self, cluster):
         # examples/ddp_train.py over 4 ranks on 2 nodes: the parameters equal
@@ -84,8 +85,9 @@ class TestMultiNode:
         results = run_on_nodes(cluster, "fsdp.py", nproc=2, timeout=600, env={})
         for i, (rc, out, err) in enumerate(results):
             assert rc == 0, f"node {i} exited with {rc}\n{out[-2000:]}\n{err[-4000:]}"
-        oks = sum(line.strip() == "OK" for _, out, _ in results for line in out.splitlines())
-        assert oks == 4, [out[-1000:] for _, out, _ in results]
+        # torchrun interleaves its ranks' output ("OKOK" on one line happens).
+        assert sum(out.count("OK") for _, out, _ in results) == 4, \
+            [out[-1000:] for _, out, _ in results]
 
 
 # ------------------------------------------------------------ network faults
