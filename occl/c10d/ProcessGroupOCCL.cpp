@@ -211,7 +211,7 @@ void WorkOCCL::synchronize() { block_current_stream(); }
 // with NCCL). The host also waits, bounded by the group's timeout, so that a
 // failure (a dead peer, a timeout, mismatched calls) is raised here as
 // DistBackendError instead of leaving garbage in the output: openreg's ATen
-// kernel launches wait for their stream anyway (docs/device.md), so the
+// kernel launches wait for their stream anyway (docs/streams.md), so the
 // host-side wait costs no overlap.
 bool WorkOCCL::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
