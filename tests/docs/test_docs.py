@@ -98,3 +98,40 @@ class TestReadme:
         r = subprocess.run([sys.executable, "-c", "\n".join(blocks)], capture_output=True,
                            text=True, timeout=120, cwd=ROOT)
         assert r.returncode == 0, r.stderr
+
+
+def route_pages():
+    """The pages of the integration guide, in docs/index.md's order."""
+    text = (ROOT / "docs" / "index.md").read_text()
+    block = re.search(r"```\{toctree\}\n:caption: The integration guide\n(.*?)```", text, re.S)
+    return [l.strip() for l in block.group(1).splitlines() if l.strip() and not l.startswith(":")]
+
+
+ROUTE_PARTS = ["What PyTorch expects", "Our code", "What to replace for real hardware",
+               "Pitfalls"]
+
+
+@pytest.mark.docs
+class TestRoute:
+    """Every page of the guide has the same four parts and says which files it covers."""
+
+    def test_the_route_is_long(self):
+        assert {"runtime", "device", "memory", "streams", "operators", "testing",
+                "performance"} <= set(route_pages())
+
+    @pytest.mark.parametrize("page", route_pages())
+    def test_four_parts(self, page):
+        text = re.sub(r"```.*?```", "", (ROOT / "docs" / f"{page}.md").read_text(), flags=re.S)
+        assert re.findall(r"^## (.*)$", text, re.M) == ROUTE_PARTS
+
+    @pytest.mark.parametrize("page", route_pages())
+    def test_opens_with_the_files_it_covers(self, page):
+        paras = (ROOT / "docs" / f"{page}.md").read_text().split("\n\n")
+        assert paras[1].startswith("Files: "), f"{page}.md: the paragraph after the title"
+        missing = []
+        for path in re.findall(r"`([^`\s]*/[^`\s]*)`", paras[1]):
+            m = re.fullmatch(r"(.*)\{(.*)\}(.*)", path)      # OpenRegStream.{h,cpp}
+            for p in ([m.group(1) + x + m.group(3) for x in m.group(2).split(",")] if m else [path]):
+                if not (ROOT / p).exists():
+                    missing.append(p)
+        assert not missing, f"{page}.md names files that do not exist: {missing}"
