@@ -50,3 +50,14 @@ def run_python(code: str, *, timeout: float, env: dict = None,
         [sys.executable, "-c", code], env=child_env(env, clean_openreg_env),
         capture_output=True, text=True, timeout=timeout, cwd=REPO,
     )
+
+
+def sanitizer_reports_to_stderr(*variables):
+    """The sanitizer run's options (``ASAN_OPTIONS``, ...) for a child whose
+    report is expected: reports go to its stderr instead of the run's report
+    directory (where they would fail the run)."""
+    env = {}
+    for var in variables:
+        opts = [o for o in os.environ.get(var, "").split(":") if o and not o.startswith("log_path=")]
+        env[var] = ":".join(opts)
+    return env

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from tests._subprocess import run_python
+from tests._subprocess import run_python, sanitizer_reports_to_stderr
 
 GLUE = os.environ.get("OPENREG_TEST_SANITIZER_GLUE", "")
 
@@ -23,17 +23,6 @@ GLUE = os.environ.get("OPENREG_TEST_SANITIZER_GLUE", "")
 # only when torch.compile first needs them).
 LIBRARIES = {"libopenreg.so", "libtorch_openreg.so", "libopenreg_profiler.so", "liboccl.so",
              "libtorch_openreg_occl.so"}
-
-
-def reports_to_stderr():
-    """The run's sanitizer options, with reports going to the child's stderr
-    instead of the run's report directory (where they would fail the run)."""
-    env = {}
-    for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
-        opts = [o for o in os.environ.get(var, "").split(":")
-                if o and not o.startswith("log_path=")]
-        env[var] = ":".join(opts)
-    return env
 
 
 def mapped_files():
@@ -71,7 +60,8 @@ class TestSanitizerGlue:
             "the ASan glue build lacks its self-test"
         res = run_python("import torch, torch_openreg\n"
                          "torch_openreg._C._planted_heap_overflow()\n",
-                         timeout=180, env=reports_to_stderr())
+                         timeout=180,
+                         env=sanitizer_reports_to_stderr("ASAN_OPTIONS", "UBSAN_OPTIONS"))
         assert res.returncode != 0
         assert "ERROR: AddressSanitizer: heap-buffer-overflow" in res.stderr, res.stderr[-3000:]
         assert "Module.cpp" in res.stderr  # symbolised, in the glue
@@ -82,7 +72,8 @@ class TestSanitizerGlue:
         # (-fno-sanitize-recover=undefined).
         res = run_python("import torch, torch_openreg\n"
                          "torch_openreg._C._planted_signed_overflow(1)\n",
-                         timeout=180, env=reports_to_stderr())
+                         timeout=180,
+                         env=sanitizer_reports_to_stderr("ASAN_OPTIONS", "UBSAN_OPTIONS"))
         assert res.returncode != 0
         assert "runtime error: signed integer overflow" in res.stderr, res.stderr[-3000:]
         assert "Module.cpp" in res.stderr

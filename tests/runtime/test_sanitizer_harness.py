@@ -11,17 +11,10 @@ import os
 
 import pytest
 
-from tests._subprocess import run_python
+from tests._subprocess import run_python, sanitizer_reports_to_stderr
 from tests.runtime._helpers import CHILD_PRELUDE, rt
 
 SANITIZER = os.environ.get("OPENREG_TEST_SANITIZER", "")
-
-
-def to_stderr(var):
-    """The run's sanitizer options, with the report going to stderr instead
-    of the run's report directory (where it would fail the run)."""
-    opts = [o for o in os.environ.get(var, "").split(":") if o and not o.startswith("log_path=")]
-    return {var: ":".join(opts)}
 
 
 @pytest.mark.runtime
@@ -30,7 +23,7 @@ class TestSanitizerHarness:
     def test_asan_reports_a_planted_heap_overflow(self):
         assert hasattr(rt, "_planted_heap_overflow"), "the ASan build lacks its self-test"
         res = run_python(CHILD_PRELUDE + "rt._planted_heap_overflow()\n", timeout=120,
-                         env=to_stderr("ASAN_OPTIONS"))
+                         env=sanitizer_reports_to_stderr("ASAN_OPTIONS"))
         assert res.returncode != 0
         assert "ERROR: AddressSanitizer: heap-buffer-overflow" in res.stderr, res.stderr[-3000:]
         assert "runtime_module.cpp" in res.stderr  # symbolised, in our code
@@ -39,7 +32,7 @@ class TestSanitizerHarness:
     def test_tsan_reports_a_planted_race(self):
         assert hasattr(rt, "_planted_race"), "the TSan build lacks its self-test"
         res = run_python(CHILD_PRELUDE + "rt._planted_race()\n", timeout=120,
-                         env=to_stderr("TSAN_OPTIONS"))
+                         env=sanitizer_reports_to_stderr("TSAN_OPTIONS"))
         assert res.returncode != 0
         assert "WARNING: ThreadSanitizer: data race" in res.stderr, res.stderr[-3000:]
         assert "runtime_module.cpp" in res.stderr
