@@ -1041,8 +1041,8 @@ occlResult_t launch_p2p(occlComm* c, orStream_t stream, std::vector<P2P> ops) {
 }
 
 occlResult_t add_p2p(occlComm* c, orStream_t stream, P2P op, const char* call) {
-  check_stream(c, stream, call);
   if (t_group.depth > 0) {
+    check_stream(c, stream, call);  // at the call, not at occlGroupEnd (enqueue checks the rest)
     if (t_group.comm && (t_group.comm != c || t_group.stream != stream))
       throw Error(occlInvalidUsage, format("%s: one group may use one communicator and stream", call));
     t_group.comm = c;
@@ -1087,57 +1087,49 @@ bool use_hierarchy(const occlComm* c, size_t bytes, occlDataType_t t) {
          t != occlBFloat16;
 }
 
-// The three steps of allreduce_hier; *level names the one running.
-void allreduce_levels(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
-                      size_t es, occlDataType_t t, occlRedOp_t op, const occlComm** level,
-                      const char** level_name) {
-  occlRedOp_t first = op, second = op;
-  if (op.kind == occlAvg) first.kind = second.kind = occlSum;
-  if (op.kind == occlPreMulSum) second = occlRedOp_t{occlSum, 1.0};
-  occlComm* node = c->local;
-  if (node->nranks > 1) {
-    allreduce_shm(node, ctx, in, out, count, t, first, 0, kReduce);
-  } else {
-    const void* src = in;
-    reduce(out, &src, 1, count, t, first, 1);  // a copy (scaled, for a pre-multiplied sum)
+// Runs one step on a level; its errors name that level's ranks, so they are
+// re-thrown saying which ranks of the communicator those are.
+template <typename Step>
+void on_level(const occlComm* level, const char* what, Step&& step) {
+  try {
+    step();
+  } catch (const Error& e) {
+    std::string map;
+    for (size_t i = 0; i < level->parent_ranks.size(); ++i)
+      map += format("%sits rank %zu is rank %d here", i ? ", " : "", i, level->parent_ranks[i]);
+    throw Error(e.result, format("%s [ranks as numbered in the %s level: %s]", e.what(), what,
+                                 map.c_str()));
   }
-  if (occlComm* leaders = c->leaders) {
-    *level = leaders;
-    *level_name = "leaders'";
-    if (use_tcp_pipeline(leaders, count * es))
-      allreduce_tcp(leaders, ctx, out, out, count, t, second);
-    else
-      allreduce_shm(leaders, ctx, out, out, count, t, second, -1, kAllReduce);
-    if (op.kind == occlAvg) {
-      const void* src = out;
-      reduce(out, &src, 1, count, t, op, c->nranks);
-    }
-  }
-  *level = node;
-  *level_name = "node";
-  if (node->nranks > 1) broadcast_shm(node, ctx, out, out, count, t, 0);
-}
-
-// An error of one of the levels names that level's ranks: say which they are.
-[[noreturn]] void rethrow_from_level(const Error& e, const occlComm* level, const char* what) {
-  std::string map;
-  for (size_t i = 0; i < level->parent_ranks.size(); ++i)
-    map += format("%sits rank %zu is rank %d here", i ? ", " : "", i, level->parent_ranks[i]);
-  throw Error(e.result, format("%s [ranks as numbered in the %s level: %s]", e.what(), what,
-                               map.c_str()));
 }
 
 void allreduce_hier(occlComm* c, const OpCtx& ctx, const char* in, char* out, size_t count,
                     occlDataType_t t, occlRedOp_t op) {
   const size_t es = occlTypeSize(t);
   c->post_and_wait(ctx, desc(kAllReduce, t, ++c->coll_seq, count, -1, op.kind, 0));
-  const occlComm* level = c->local;
-  const char* level_name = "node";
-  try {
-    allreduce_levels(c, ctx, in, out, count, es, t, op, &level, &level_name);
-  } catch (const Error& e) {
-    rethrow_from_level(e, level, level_name);
+  occlRedOp_t first = op, second = op;
+  if (op.kind == occlAvg) first.kind = second.kind = occlSum;
+  if (op.kind == occlPreMulSum) second = occlRedOp_t{occlSum, 1.0};
+  occlComm* node = c->local;
+  if (node->nranks > 1) {
+    on_level(node, "node", [&] { allreduce_shm(node, ctx, in, out, count, t, first, 0, kReduce); });
+  } else {
+    const void* src = in;
+    reduce(out, &src, 1, count, t, first, 1);  // a copy (scaled, for a pre-multiplied sum)
   }
+  if (occlComm* leaders = c->leaders) {
+    on_level(leaders, "leaders'", [&] {
+      if (use_tcp_pipeline(leaders, count * es))
+        allreduce_tcp(leaders, ctx, out, out, count, t, second);
+      else
+        allreduce_shm(leaders, ctx, out, out, count, t, second, -1, kAllReduce);
+    });
+    if (op.kind == occlAvg) {
+      const void* src = out;
+      reduce(out, &src, 1, count, t, op, c->nranks);
+    }
+  }
+  if (node->nranks > 1)
+    on_level(node, "node", [&] { broadcast_shm(node, ctx, out, out, count, t, 0); });
 }
 
 // [docs:occl-allreduce-hier:end]
