@@ -9,7 +9,9 @@ memory, open descriptors, threads, /dev/shm entries) are sampled after the
 first tenth of the run and at its end; the last line is
 "RESOURCES <json>"."""
 
+import ctypes
 import datetime
+import gc
 import json
 import os
 import random
@@ -32,14 +34,13 @@ SIZES = [1, 7, 256, 4096, 65_536, 1 << 20, 4 << 20, 16 << 20]  # float32 element
 WEIGHTS = [20, 20, 20, 15, 10, 8, 5, 2]
 
 
-class _MallInfo2(__import__("ctypes").Structure):
-    _fields_ = [(f, __import__("ctypes").c_size_t) for f in
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
                  "uordblks", "fordblks", "keepcost")]
 
 
 def _mallinfo2():
-    import ctypes
     libc = ctypes.CDLL(None)
     libc.mallinfo2.restype = _MallInfo2
     return libc.mallinfo2()
@@ -57,7 +58,7 @@ def resources():
             "anon_mib": int(status["RssAnon"].split()[0]) // 1024,
             "shmem_mib": int(status["RssShmem"].split()[0]) // 1024,
             "heap_in_use_mib": (mi.uordblks + mi.hblkhd) // (1 << 20),
-            "py_objects": len(__import__("gc").get_objects()),
+            "py_objects": len(gc.get_objects()),
             "heap_free_mib": mi.fordblks // (1 << 20),
             "device_allocated": torch.openreg.memory_allocated(dev),
             "device_reserved": torch.openreg.memory_reserved(dev),
