@@ -46,11 +46,25 @@ def enter_scheduling_config() -> None:
 
 
 def exit_scheduling_config() -> None:
-    stack = getattr(_scope, "stack", None)
-    if stack is not None:
-        _scope.stack = None
-        stack.close()
+    for name in ("stack", "aot_stack"):
+        stack = getattr(_scope, name, None)
+        if stack is not None:
+            setattr(_scope, name, None)
+            stack.close()
 # [docs:config-scope:end]
+
+
+def enter_aot_compile_config() -> None:
+    """After an AOTInductor model's code is generated, AotCodeCompiler
+    precompiles the header ``torch/csrc/inductor/aoti_include/<device>.h``,
+    which exists only for in-tree devices: openreg's model is compiled without
+    precompiled headers. Inductor has no hook that runs after that compile,
+    so the setting stays on this thread until the next openreg graph
+    (enter_scheduling_config) or exit_scheduling_config; it changes no
+    result, only how long a later AOT compile takes (docs/pytorch-gaps.md)."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(inductor_config.patch({"aot_inductor.precompile_headers": False}))
+    _scope.aot_stack = stack
 
 
 # [docs:python-wrapper]
@@ -138,10 +152,6 @@ class OpenRegSubgraphWrapperCodegen(_OpenRegPythonMixin, SubgraphPythonWrapperCo
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu  # noqa: E402
 
 
-class UnsupportedConfigError(RuntimeError):
-    """A torch.compile configuration the openreg backend does not support."""
-
-
 def _native_paths() -> tuple[str, str]:
     """(include folder, library folder) of the installed backend: the headers
     the C++ wrapper includes and the libraries it links (CMakeLists.txt)."""
@@ -187,11 +197,6 @@ class OpenRegCppWrapperCodegen(CppWrapperCpu):
     def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
         from torch._inductor.virtualized import V
 
-        if V.graph.aot_mode:
-            exit_scheduling_config()
-            raise UnsupportedConfigError(
-                "torch.compile on openreg: AOTInductor (torch._inductor.aoti_compile_and_package) "
-                "is not supported; torch.compile with cpp_wrapper=True is")
         if not is_subgraph:
             enter_scheduling_config()
         # Subgraphs get a wrapper of their own, as in CppWrapperCpu.create.
@@ -200,11 +205,22 @@ class OpenRegCppWrapperCodegen(CppWrapperCpu):
         return wrapper
 
     def generate(self, is_inference):
+        from torch._inductor.virtualized import V
+
         try:
             return super().generate(is_inference)
         finally:
             if getattr(self, "_openreg_owns_config", True):
                 exit_scheduling_config()
+                if V.graph.aot_mode:
+                    enter_aot_compile_config()
+
+    def _aot_include(self, header: str) -> str:
+        # AOTInductor compiles the model with torch's include paths only
+        # (cpp_builder.get_cpp_torch_device_options has no PrivateUse1 hook),
+        # so openreg's headers are included by absolute path; they are needed
+        # to compile the package, not to load it.
+        return f'#include "{os.path.join(_native_paths()[0], header)}"'
 
     def add_device_include(self, device: str) -> None:
         if device != "openreg":
@@ -215,13 +231,66 @@ class OpenRegCppWrapperCodegen(CppWrapperCpu):
         # Inductor), then openreg's launch helpers and C shim.
         super().add_device_include("cpu")
         self.included_devices.add(device)
-        self.header.splice("#include <openreg_cpp_wrapper.h>")
+        from torch._inductor.virtualized import V
+
+        if V.graph.aot_mode:
+            self.header.splice(self._aot_include("openreg_cpp_wrapper.h"))
+            self.header.splice(self._aot_include("openreg_aoti_model.h"))
+        else:
+            self.header.splice("#include <openreg_cpp_wrapper.h>")
 
     def codegen_device(self, device):
         if device.type != "openreg":
             return super().codegen_device(device)
         self.used_cached_devices.add("privateuse1")  # aoti_torch_device_type_privateuse1()
-        return f"cached_torch_device_type_privateuse1, {device.index if device.index else 0}"
+        return f"cached_torch_device_type_privateuse1, {self._device_index(device)}"
+
+    @staticmethod
+    def _device_index(device) -> str:
+        """The device index in generated code: the compile-time index for
+        torch.compile, the model's device (chosen when the package is loaded,
+        aoti_load_package(..., device_index=N)) for AOTInductor, as Inductor
+        does for CUDA (CppWrapperCpu.codegen_device_idx)."""
+        from torch._inductor.virtualized import V
+
+        index = device.index if device.index is not None else 0
+        if V.graph.aot_mode:
+            primary = next(iter(V.graph.device_idxs), None)
+            if primary is None or index == primary:
+                return "this->device_idx_"
+        return str(index)
+
+    # [docs:aoti-constructor]
+    def codegen_model_constructor(self):
+        """AOTInductor's model constructor, with the two fixes of
+        openreg_aoti_model.h: the base class is given "cpu" (it accepts only
+        in-tree device names) and the model then moved to openreg, and the
+        embedded weights are loaded into openreg memory by openreg_aoti's
+        loader instead of the base class's host-memory one."""
+        super().codegen_model_constructor()
+        lines = self.prefix._lines
+        init = next(i for i, line in enumerate(lines)
+                    if isinstance(line, str) and "AOTInductorModelBase(" in line)
+        for i in range(init, len(lines)):
+            if isinstance(lines[i], str) and lines[i].strip() == "device_str,":
+                lines[i] = lines[i].replace("device_str,", '"cpu",')
+                break
+        else:
+            raise RuntimeError("openreg: AOTInductor model constructor not recognised")
+        assert lines[-1].strip() == "}", lines[-1]
+        closing = lines.pop()
+        with self.prefix.indent():
+            self.prefix.splice("""
+                openreg_aoti::set_device(device_str, device_type_, device_idx_);
+                if (include_weights) {
+                    openreg_aoti::load_constants(*this, device_idx_, *constants_map_, constant_blob_,
+                                                 aux_cpu_constant_blob_, _get_constants_start());
+                    update_constants_array_from_map();
+                    include_weights = false;  // loaded: the base class's loader must not run
+                }
+            """)
+        lines.append(closing)
+    # [docs:aoti-constructor:end]
 
     def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None,
                                      triton=True, arg_types=None, **kwargs):
@@ -229,7 +298,7 @@ class OpenRegCppWrapperCodegen(CppWrapperCpu):
             return super()._generate_kernel_call_helper(
                 kernel_name, call_args, device=device, triton=triton,
                 arg_types=arg_types, **kwargs)
-        index = device.index if device.index is not None else 0
+        index = self._device_index(device)
         args = []
         for arg, arg_type in zip(call_args, arg_types):
             if isinstance(arg_type, str) and "*" in arg_type:

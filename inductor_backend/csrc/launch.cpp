@@ -76,3 +76,12 @@ extern "C" intptr_t orInductorKernelViewOffset(int device) {
 extern "C" void* orInductorCurrentStream(int device) {
   return torch_openreg::currentNativeStream(static_cast<c10::DeviceIndex>(device));
 }
+
+extern "C" int orInductorCurrentDevice(char* err, size_t errlen) {
+  try {
+    return static_cast<int>(torch_openreg::current_device());
+  } catch (const std::exception& e) {
+    std::snprintf(err, errlen, "openreg: no current device: %s", e.what());
+    return -1;
+  }
+}

@@ -50,6 +50,11 @@ OPENREG_INDUCTOR_API intptr_t orInductorKernelViewOffset(int device);
 /* The runtime handle (orStream_t) of `device`'s current stream. */
 OPENREG_INDUCTOR_API void* orInductorCurrentStream(int device);
 
+/* The current openreg device of the calling thread (torch.openreg.current_device()),
+ * or -1 with a message in err. An AOTInductor model loaded for "openreg" without an
+ * index runs there. */
+OPENREG_INDUCTOR_API int orInductorCurrentDevice(char* err, size_t errlen);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

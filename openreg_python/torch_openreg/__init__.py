@@ -53,6 +53,21 @@ from . import profiler  # noqa: E402,F401
 
 _register()
 
+# AOTInductor: the model runner registered as "openreg"
+# (torch._inductor.aoti_load_package), and the launch ABI and C shim that a
+# package's model library calls. Loaded globally: a model library is linked
+# against torch only and finds these symbols in the process (docs/deploy.md).
+def _load_aoti_runtime() -> None:
+    import ctypes
+    import os
+
+    lib = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
+    for name in ("libopenreg_inductor.so", "libopenreg_aoti_shim.so", "libopenreg_aoti.so"):
+        ctypes.CDLL(os.path.join(lib, name), mode=os.RTLD_GLOBAL)
+
+
+_load_aoti_runtime()
+
 # Custom operators defined in Python (torch.ops.openreg.rms_norm); the C++ ones
 # are registered by libtorch_openreg. After _register(): "openreg" must parse
 # as a device type for register_kernel("openreg").

@@ -122,16 +122,3 @@ class TestCppWrapper:
         # Not in torch's C-shim list: Inductor calls it through the dispatcher.
         assert 'aoti_torch_call_dispatcher("aten::median"' in code, code
         close(out, f(x))
-
-    def test_aot_inductor_is_refused_with_a_clear_error(self):
-        from torch_openreg.inductor.wrapper import UnsupportedConfigError
-
-        class M(nn.Module):
-            def forward(self, x):
-                return (x * 2).sin()
-
-        ep = torch.export.export(M(), (torch.randn(8, device="openreg"),))
-        with pytest.raises(torch._inductor.exc.InductorError) as info:
-            torch._inductor.aoti_compile_and_package(ep)
-        assert isinstance(info.value.inner_exception, UnsupportedConfigError)
-        assert "AOTInductor" in str(info.value)

@@ -147,6 +147,17 @@ orStream_t nativeStream(const c10::Stream& stream) {
   return t.handles[id].load(std::memory_order_relaxed);
 }
 
+c10::Stream streamFromNative(c10::DeviceIndex device, orStream_t handle) {
+  DeviceStreams& t = init_table(device);
+  const int n = t.count.load(std::memory_order_acquire);
+  for (int id = 0; id < n; ++id) {
+    if (t.handles[id].load(std::memory_order_relaxed) == handle) return make(device, id);
+  }
+  TORCH_CHECK(false, "openreg: the stream handle ", static_cast<const void*>(handle),
+              " is not a stream of openreg:", static_cast<int>(device),
+              " made through torch (torch.Stream, torch.openreg.Stream, the stream pool)");
+}
+
 int streamPriority(const c10::Stream& stream) {
   nativeStream(stream);
   return table(stream.device_index()).priorities[stream.id()];

@@ -26,6 +26,9 @@ c10::Stream getNewStream(c10::DeviceIndex device, int priority);
 // The runtime handle behind a c10::Stream; throws for unknown ids.
 orStream_t nativeStream(const c10::Stream& stream);
 int streamPriority(const c10::Stream& stream);
+// The c10::Stream of a runtime handle of `device` (the reverse of
+// nativeStream); throws for a handle torch did not make.
+c10::Stream streamFromNative(c10::DeviceIndex device, orStream_t handle);
 
 // The current stream's runtime handle for `device`: the hot path for kernels.
 orStream_t currentNativeStream(c10::DeviceIndex device);
