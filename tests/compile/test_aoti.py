@@ -101,15 +101,66 @@ class TestAOTInductorPython:
                 close(model(x.to("openreg")), ref(x))
 
     def test_runs_on_the_current_non_default_stream(self, packages):
+        from torch_openreg import _runtime  # the runtime's trace: which stream ran what
+
+        model = torch._inductor.aoti_load_package(packages["mlp"])
+        x = linspace_input()
+        ref = mlp().to("openreg")
+        s = torch.openreg.Stream()
+        s.wait_stream(torch.openreg.current_stream())
+        torch.openreg.synchronize()
+        _runtime.trace_start()
+        try:
+            with torch.no_grad():
+                x.add(0)  # a kernel on the default stream
+                with torch.openreg.stream(s):
+                    x.add(0)  # a kernel on s
+                    y = model(x)
+                    y_ref = ref(x)
+            torch.openreg.current_stream().wait_stream(s)
+            close(y, y_ref)
+        finally:
+            torch.openreg.synchronize()
+            records = [r for r in _runtime.trace_stop() if r["kind"] == "kernel"]
+        default, side = records[0]["stream"], records[1]["stream"]
+        assert default != side
+        compiled = [r for r in records if r["name"].startswith("cpp_fused")]
+        assert compiled, [r["name"] for r in records]
+        assert {r["stream"] for r in compiled} == {side}, records
+        # Everything after the first kernel ran on s: the package's kernels
+        # (compiled ones and extern operators) and eager's reference.
+        assert {r["stream"] for r in records[1:]} == {side}, records
+
+    def test_an_explicit_stream_handle_is_honoured(self, packages):
+        """The loader's run(inputs, stream_handle), as a C++ caller passes a
+        cudaStream_t: here the orStream_t of a torch stream, in a capsule."""
+        import ctypes
+
+        from torch_openreg import _runtime
+
+        capsule_new = ctypes.pythonapi.PyCapsule_New
+        capsule_new.restype = ctypes.py_object
+        capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
         model = torch._inductor.aoti_load_package(packages["mlp"])
         x = linspace_input()
         s = torch.openreg.Stream()
         s.wait_stream(torch.openreg.current_stream())
-        with torch.no_grad(), torch.openreg.stream(s):
-            y = model(x)
-            y_ref = mlp().to("openreg")(x)
-        torch.openreg.current_stream().wait_stream(s)
-        close(y, y_ref)
+        torch.openreg.synchronize()
+        _runtime.trace_start()
+        try:
+            with torch.no_grad():
+                x.add(0)  # the current (default) stream
+                (y,) = model.loader.run([x], capsule_new(s.native_handle, None, None))
+            assert torch.openreg.current_stream() == torch.openreg.default_stream()
+        finally:
+            torch.openreg.synchronize()
+            records = [r for r in _runtime.trace_stop() if r["kind"] == "kernel"]
+        assert len({r["stream"] for r in records[1:]}) == 1, records
+        assert records[1]["stream"] != records[0]["stream"], records
+        with torch.no_grad():
+            close(y, mlp().to("openreg")(x))
+        with pytest.raises(RuntimeError, match="is not a stream of openreg:0"):
+            model.loader.run([x], capsule_new(12345, None, None))
 
     def test_compiled_on_openreg0_loaded_on_openreg1(self, packages):
         model = torch._inductor.aoti_load_package(packages["mlp"], device_index=1)
