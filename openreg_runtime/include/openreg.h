@@ -61,6 +61,15 @@ typedef enum orError_t {
   /* The stream sanitizer found an access that races with earlier work on
    * another stream (no CUDA equivalent; see orSanitizerSetEnabled). */
   orErrorStreamRace = 900,
+  /* Stream capture (orStreamBeginCapture), as CUDA's 900-908 (shifted: 900 is
+   * taken above). */
+  orErrorStreamCaptureUnsupported = 910, /* illegal while capturing; the capture is invalidated */
+  orErrorStreamCaptureInvalidated = 911, /* the capture was invalidated by an earlier error */
+  orErrorStreamCaptureUnmatched = 913,   /* end capture on a stream that did not begin it */
+  orErrorStreamCaptureUnjoined = 914,    /* a forked stream did not join back before the end */
+  orErrorStreamCaptureIsolation = 915,   /* a dependency on work outside the capture */
+  orErrorCapturedEvent = 917,            /* query/sync of an event recorded in a capture */
+  orErrorStreamCaptureWrongThread = 918, /* end capture from another thread (global, thread-local) */
   orErrorUnknown = 999
 } orError_t;
 
@@ -284,6 +293,62 @@ OR_API orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn,
                                 void* args, const char* name,
                                 unsigned int flags);
 
+/* Like orLaunchKernel, but the runtime owns `args`: it calls
+ * `deleter(args)` once the kernel has run (or failed to launch), or, when
+ * `stream` is capturing, when the graph that recorded the launch is
+ * destroyed. A capture records kernels only from this call: orLaunchKernel's
+ * `args` belong to the caller and may be gone by the time a graph replays
+ * (CUDA copies kernel parameters by value; a host-code kernel's closure
+ * cannot be copied as bytes). `deleter` may be NULL. */
+typedef void (*orArgsDeleter_t)(void* args);
+OR_API orError_t orLaunchKernelOwned(orStream_t stream, orKernelFn_t fn, void* args,
+                                     orArgsDeleter_t deleter, const char* name,
+                                     unsigned int flags);
+
+/* ---------------------------------------------------------------- graphs */
+/* Stream capture and graphs, modelled on CUDA's (cudaStreamBeginCapture,
+ * cudaGraphInstantiate, cudaGraphLaunch). While a stream captures, work
+ * enqueued on it (kernels from orLaunchKernelOwned, host functions, async
+ * copies and memsets) is recorded into a graph instead of running, whatever
+ * its launch flags. A stream that waits on an event recorded in a capturing
+ * stream joins the capture (fork); the capture's origin must wait on an
+ * event recorded in every joined stream after its last work (join) before
+ * orStreamEndCapture. Calls that would wait for captured work or observe it
+ * fail with orErrorStreamCaptureUnsupported and invalidate the capture:
+ * orStreamSynchronize/orStreamQuery of a capturing stream (any mode), and
+ * orDeviceSynchronize, orMemcpy and orMemset (blocking) in global mode from
+ * any thread, in thread-local mode from the capturing thread; relaxed mode
+ * allows those. A replay (orGraphLaunch) runs the recorded work in capture
+ * order on the launch stream, as one item of that stream; the tracer reports
+ * the launch ("orGraphLaunch") and each node. */
+typedef struct orGraph_st* orGraph_t;
+typedef struct orGraphExec_st* orGraphExec_t;
+typedef enum orStreamCaptureMode OR_INT_ENUM {
+  orStreamCaptureModeGlobal = 0,
+  orStreamCaptureModeThreadLocal = 1,
+  orStreamCaptureModeRelaxed = 2
+} orStreamCaptureMode;
+typedef enum orStreamCaptureStatus {
+  orStreamCaptureStatusNone = 0,
+  orStreamCaptureStatusActive = 1,
+  orStreamCaptureStatusInvalidated = 2
+} orStreamCaptureStatus;
+/* The default stream cannot be captured (as CUDA's legacy stream). */
+OR_API orError_t orStreamBeginCapture(orStream_t stream, orStreamCaptureMode mode);
+/* Ends the capture begun on `stream`; *graph is NULL unless it succeeds. */
+OR_API orError_t orStreamEndCapture(orStream_t stream, orGraph_t* graph);
+OR_API orError_t orStreamIsCapturing(orStream_t stream, orStreamCaptureStatus* status);
+OR_API orError_t orGraphInstantiate(orGraphExec_t* exec, orGraph_t graph);
+OR_API orError_t orGraphLaunch(orGraphExec_t exec, orStream_t stream);
+/* A graph's owned kernel arguments live until the graph and every executable
+ * graph made from it are destroyed; a queued launch keeps its graph alive. */
+OR_API orError_t orGraphDestroy(orGraph_t graph);
+OR_API orError_t orGraphExecDestroy(orGraphExec_t exec);
+OR_API orError_t orGraphGetNodeCount(orGraph_t graph, size_t* count);
+/* Writes the graph as a Graphviz DOT file: one node per recorded operation
+ * (kernel name, copy or memset size), one edge per dependency. */
+OR_API orError_t orGraphDebugDotPrint(orGraph_t graph, const char* path);
+
 /* ---------------------------------------------------------------- sanitizer */
 /* The stream-race sanitizer (no CUDA runtime equivalent; compute-sanitizer's
  * racecheck and PyTorch's CSAN are the nearest). While enabled, the runtime
@@ -332,7 +397,8 @@ typedef enum orTraceKind {
   orTraceKernel = 0,
   orTraceMemcpy = 1,
   orTraceMemset = 2,
-  orTraceHostFunc = 3
+  orTraceHostFunc = 3,
+  orTraceGraphLaunch = 4  /* a replay (orGraphLaunch); its nodes follow as their own kinds */
 } orTraceKind;
 
 typedef struct orTraceRecord {

@@ -298,6 +298,13 @@ const char* orGetErrorName(orError_t error) {
     case orErrorNotPermitted: return "orErrorNotPermitted";
     case orErrorNotSupported: return "orErrorNotSupported";
     case orErrorStreamRace: return "orErrorStreamRace";
+    case orErrorStreamCaptureUnsupported: return "orErrorStreamCaptureUnsupported";
+    case orErrorStreamCaptureInvalidated: return "orErrorStreamCaptureInvalidated";
+    case orErrorStreamCaptureUnmatched: return "orErrorStreamCaptureUnmatched";
+    case orErrorStreamCaptureUnjoined: return "orErrorStreamCaptureUnjoined";
+    case orErrorStreamCaptureIsolation: return "orErrorStreamCaptureIsolation";
+    case orErrorCapturedEvent: return "orErrorCapturedEvent";
+    case orErrorStreamCaptureWrongThread: return "orErrorStreamCaptureWrongThread";
     case orErrorUnknown: return "orErrorUnknown";
   }
   return "unrecognized error code";
@@ -319,6 +326,13 @@ const char* orGetErrorString(orError_t error) {
     case orErrorNotPermitted: return "operation not permitted";
     case orErrorNotSupported: return "operation not supported";
     case orErrorStreamRace: return "stream race detected by the sanitizer";
+    case orErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case orErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case orErrorStreamCaptureUnmatched: return "capture was not ended in the stream that began it";
+    case orErrorStreamCaptureUnjoined: return "a forked stream was not joined back before the capture ended";
+    case orErrorStreamCaptureIsolation: return "operation would make the capture depend on work outside it";
+    case orErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case orErrorStreamCaptureWrongThread: return "attempt to end a capture sequence from another thread";
     case orErrorUnknown: return "unknown error";
   }
   return "unrecognized error code";

@@ -56,6 +56,7 @@ orError_t orEventRecord(orEvent_t event, orStream_t stream) {
   if (!s) return orPeekAtLastError();
   std::lock_guard<std::mutex> g(sched_mu());
   if (orError_t e = check_live_event(event, "orEventRecord")) return e;
+  if (capture::event_record_locked(event, s)) return orSuccess;
   // Each record starts a new generation: waits captured earlier keep
   // waiting for the generation they saw, as in CUDA.
   auto st = std::make_shared<EventState>();
@@ -82,6 +83,7 @@ orError_t orEventRecord(orEvent_t event, orStream_t stream) {
 orError_t orEventQuery(orEvent_t event) {
   std::lock_guard<std::mutex> g(sched_mu());
   if (orError_t e = check_live_event(event, "orEventQuery")) return e;
+  if (orError_t e = capture::check_event_locked(event, "orEventQuery")) return e;
   if (!event->recorded || event->state->completed) return orSuccess;
   return orErrorNotReady;
 }
@@ -89,6 +91,7 @@ orError_t orEventQuery(orEvent_t event) {
 orError_t orEventSynchronize(orEvent_t event) {
   std::unique_lock<std::mutex> lk(sched_mu());
   if (orError_t e = check_live_event(event, "orEventSynchronize")) return e;
+  if (orError_t e = capture::check_event_locked(event, "orEventSynchronize")) return e;
   if (!event->recorded) return orSuccess;
   std::shared_ptr<EventState> st = event->state;
   wait_done(lk, [&] { return st->completed; });
@@ -104,6 +107,7 @@ orError_t orEventElapsedTime(float* ms, orEvent_t start, orEvent_t end) {
   std::lock_guard<std::mutex> g(sched_mu());
   for (orEvent_t e : {start, end}) {
     if (orError_t err = check_live_event(e, "orEventElapsedTime")) return err;
+    if (orError_t err = capture::check_event_locked(e, "orEventElapsedTime")) return err;
     if (e->flags & orEventDisableTiming)
       return fail(orErrorInvalidResourceHandle,
                   "orEventElapsedTime: event %p was created with "

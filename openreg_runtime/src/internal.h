@@ -112,9 +112,11 @@ void init_device_streams(Device& dev);  // scheduler.cpp
 
 // ------------------------------------------------------------ scheduler
 struct EventState;
+struct GraphNodes;
+struct Capture;
 
 struct Item {
-  enum Type { Kernel, HostFunc, Memcpy, Memset, Record, Wait } type;
+  enum Type { Kernel, HostFunc, Memcpy, Memset, Record, Wait, Graph } type;
   const char* name = "";
   uint64_t order = 0;  // global enqueue order (FIFO between equal priorities)
   unsigned long long correlation = 0;
@@ -136,6 +138,15 @@ struct Item {
   // kernel's trace event spans the attempt and the worker's call).
   bool may_defer = false;
   uint64_t attempt_ns = 0;
+  // orLaunchKernelOwned: the arguments, freed with the last copy of the item
+  // (after it ran, or with the graph that recorded it). args == owned.get().
+  std::shared_ptr<void> owned;
+  bool args_owned = false;
+  // Graph: the executable graph's nodes, and where the launch runs (for the
+  // nodes' trace events).
+  std::shared_ptr<const GraphNodes> graph;
+  int graph_device = 0;
+  unsigned long long graph_stream = 0;
 };
 
 struct Stream {
@@ -155,6 +166,9 @@ struct Stream {
   std::string name;       // orStreamSetName; guarded by the sanitizer's mutex
   orError_t error = orSuccess;  // first asynchronous error, until reported
   std::string error_message;
+  // The capture this stream records into (it began it or joined it), or
+  // null. sched_mu() guards it.
+  std::shared_ptr<Capture> capture;
 
   bool idle() const { return queue.empty() && !running.load(); }  // lock held
   // Mark the stream running if it was not: the one way to claim it.
@@ -184,4 +198,9 @@ struct orEvent_st {
   int device = 0;
   bool recorded = false;
   std::shared_ptr<openreg::EventState> state;
+  // Last recorded in a capturing stream: the capture and the nodes a stream
+  // that waits on the event depends on (sched_mu() guards both).
+  bool captured = false;
+  std::weak_ptr<openreg::Capture> capture;
+  std::vector<int> capture_deps;
 };

@@ -25,6 +25,12 @@ orError_t orLaunchHostFunc(orStream_t stream, orHostFn_t fn, void* userData) {
   it.name = "orLaunchHostFunc";
   it.hfn = fn;
   it.args = userData;
+  if (capture::any()) {
+    std::lock_guard<std::mutex> g(sched_mu());
+    bool recorded = false;
+    orError_t e = capture::record_locked(s, it, "orLaunchHostFunc", &recorded);
+    if (recorded) return e;
+  }
   if (san::on()) san::launch(s);
   submit(s, std::move(it), /*inline_ok=*/false);
   return orSuccess;
@@ -38,26 +44,39 @@ orError_t orLaunchSleep(orStream_t stream, unsigned long long microseconds) {
   it.name = "orLaunchSleep";
   it.hfn = sleep_host_fn;
   it.args = reinterpret_cast<void*>(uintptr_t(microseconds));
+  if (capture::any()) {
+    std::lock_guard<std::mutex> g(sched_mu());
+    bool recorded = false;
+    orError_t e = capture::record_locked(s, it, "orLaunchSleep", &recorded);
+    if (recorded) return e;
+  }
   if (san::on()) san::launch(s);
   submit(s, std::move(it), /*inline_ok=*/false);
   return orSuccess;
 }
 
-orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
-                         const char* name, unsigned int flags) {
-  if (!fn) return fail(orErrorInvalidValue, "orLaunchKernel: fn is NULL");
+}  // extern "C"
+
+namespace {
+
+// orLaunchKernel and orLaunchKernelOwned: `it` carries the arguments (and,
+// for the second, owns them: they go with the last copy of the item).
+orError_t launch_kernel(orStream_t stream, Item& it, unsigned int flags, const char* call) {
   if (flags & ~unsigned(orLaunchSynchronous | orLaunchNeverInline | orLaunchMayDefer))
-    return fail(orErrorInvalidValue, "orLaunchKernel: unknown flags 0x%x", flags);
+    return fail(orErrorInvalidValue, "%s: unknown flags 0x%x", call, flags);
   if ((flags & orLaunchMayDefer) && (flags & (orLaunchSynchronous | orLaunchNeverInline)))
     return fail(orErrorInvalidValue,
-                "orLaunchKernel: orLaunchMayDefer does not combine with orLaunchSynchronous "
-                "or orLaunchNeverInline (flags 0x%x)", flags);
-  Item it;
-  it.type = Item::Kernel;
-  it.name = name ? name : "kernel";
-  it.kfn = fn;
-  it.args = args;
+                "%s: orLaunchMayDefer does not combine with orLaunchSynchronous "
+                "or orLaunchNeverInline (flags 0x%x)", call, flags);
   it.may_defer = flags & orLaunchMayDefer;
+  if (capture::any()) {
+    Stream* s = resolve_stream(stream, call);
+    if (!s) return orPeekAtLastError();
+    std::lock_guard<std::mutex> g(sched_mu());
+    bool recorded = false;
+    orError_t e = capture::record_locked(s, it, call, &recorded);
+    if (recorded) return e;
+  }
   const bool sync = flags & orLaunchSynchronous;
   // The sanitizer checks the accesses declared for this launch before the
   // kernel runs: a racing kernel fails here and never runs.
@@ -65,12 +84,12 @@ orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
   if (sync && !sanitize) {
     std::string why;
     bool launched;
-    orError_t e = launch_synchronously(stream, it, "orLaunchKernel", &launched, &why);
+    orError_t e = launch_synchronously(stream, it, call, &launched, &why);
     if (!launched) return e;
-    if (e != orSuccess) return fail(e, "orLaunchKernel: %s", why.c_str());
+    if (e != orSuccess) return fail(e, "%s: %s", call, why.c_str());
     return orSuccess;
   }
-  Stream* s = resolve_stream(stream, "orLaunchKernel");
+  Stream* s = resolve_stream(stream, call);
   if (!s) return orPeekAtLastError();
   if (sanitize) {
     if (orError_t e = san::kernel_begin(s, it.name, /*in_kernel=*/sync)) return e;
@@ -79,11 +98,43 @@ orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
     std::string why;
     orError_t e = run_synchronously(s, std::move(it), &why);
     if (sanitize) san::kernel_end();
-    if (e != orSuccess) return fail(e, "orLaunchKernel: %s", why.c_str());
+    if (e != orSuccess) return fail(e, "%s: %s", call, why.c_str());
     return orSuccess;
   }
   submit(s, std::move(it), /*inline_ok=*/!(flags & orLaunchNeverInline));
   return orSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
+                         const char* name, unsigned int flags) {
+  if (!fn) return fail(orErrorInvalidValue, "orLaunchKernel: fn is NULL");
+  Item it;
+  it.type = Item::Kernel;
+  it.name = name ? name : "kernel";
+  it.kfn = fn;
+  it.args = args;
+  return launch_kernel(stream, it, flags, "orLaunchKernel");
+}
+
+orError_t orLaunchKernelOwned(orStream_t stream, orKernelFn_t fn, void* args,
+                              orArgsDeleter_t deleter, const char* name, unsigned int flags) {
+  // Owned from here on, errors included.
+  std::shared_ptr<void> owned(args, [deleter](void* p) {
+    if (deleter) deleter(p);
+  });
+  if (!fn) return fail(orErrorInvalidValue, "orLaunchKernelOwned: fn is NULL");
+  Item it;
+  it.type = Item::Kernel;
+  it.name = name ? name : "kernel";
+  it.kfn = fn;
+  it.args = args;
+  it.owned = std::move(owned);
+  it.args_owned = true;
+  return launch_kernel(stream, it, flags, "orLaunchKernelOwned");
 }
 
 }  // extern "C"

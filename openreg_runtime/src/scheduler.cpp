@@ -91,7 +91,8 @@ orError_t resolve_copy(const Item& it, void** dst, const void** src,
   return orSuccess;
 }
 
-// Run one item's body (no scheduler lock held). Returns its error.
+}  // namespace
+
 orError_t execute(const Item& it, std::string* why) {
   switch (it.type) {
     case Item::Kernel: {
@@ -118,10 +119,14 @@ orError_t execute(const Item& it, std::string* why) {
       memset(d, it.value, it.count);
       return orSuccess;
     }
+    case Item::Graph:
+      return run_graph(it, why);
     default:
       return orSuccess;
   }
 }
+
+namespace {
 
 // Keep the first asynchronous error of a stream until it is reported.
 // sched_mu() held.

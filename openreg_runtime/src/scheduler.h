@@ -61,6 +61,35 @@ bool is_live_stream(Stream* s);
 // Fails with orErrorInvalidResourceHandle naming `call` unless `e` is live.
 orError_t check_live_event(orEvent_t e, const char* call);  // event.cpp
 
+// Run one item's body (no scheduler lock held). Returns its error.
+orError_t execute(const Item& it, std::string* why);
+
+// ---- stream capture and graphs (graph.cpp)
+namespace capture {
+// True while any capture is active: the one check the launch paths make
+// when nothing captures (a relaxed load).
+bool any();
+// The rest is called WITH sched_mu() held.
+// If `s` is capturing: record `it` into its capture (or fail: the capture is
+// invalidated, or `it` cannot be recorded) and set *recorded.
+orError_t record_locked(Stream* s, Item& it, const char* call, bool* recorded);
+// `call` waits for or observes stream `s`'s work: illegal if it captures.
+orError_t check_stream_locked(Stream* s, const char* call);
+// `call` is a potentially unsafe call (device synchronisation, a blocking
+// copy): illegal during a global capture, or a thread-local one of this thread.
+orError_t check_unsafe_locked(const char* call);
+// orEventRecord on `s`: true if `s` captures (the event now names capture nodes).
+bool event_record_locked(orEvent_t e, Stream* s);
+// orStreamWaitEvent: joins, merges or refuses captures; *handled if done.
+orError_t stream_wait_locked(Stream* s, orEvent_t e, bool* handled);
+// Query, synchronisation or timing of an event recorded in a capture.
+orError_t check_event_locked(orEvent_t e, const char* call);
+// A stream being destroyed leaves (and invalidates) its capture.
+void stream_destroyed_locked(Stream* s);
+}  // namespace capture
+// Runs an executable graph's nodes in order (execute's Graph case).
+orError_t run_graph(const Item& it, std::string* why);
+
 // ---- tracing (trace.cpp)
 bool tracing_enabled();
 // Stamp `it` with the launching thread's correlation id and, while

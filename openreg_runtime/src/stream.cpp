@@ -77,6 +77,10 @@ orError_t orStreamDestroy(orStream_t stream) {
   if (s->is_default)
     return fail(orErrorInvalidResourceHandle,
                 "orStreamDestroy: the default stream cannot be destroyed");
+  if (capture::any()) {
+    std::lock_guard<std::mutex> g(sched_mu());
+    capture::stream_destroyed_locked(s);
+  }
   unregister_stream(s);
   recycle_stream(static_cast<orStream_st*>(s));
   return orSuccess;
@@ -86,6 +90,7 @@ orError_t orStreamQuery(orStream_t stream) {
   Stream* s = resolve_stream(stream, "orStreamQuery");
   if (!s) return orPeekAtLastError();
   std::lock_guard<std::mutex> g(sched_mu());
+  if (orError_t e = capture::check_stream_locked(s, "orStreamQuery")) return e;
   drain_markers(s);
   return s->idle() ? orSuccess : orErrorNotReady;
 }
@@ -94,6 +99,7 @@ orError_t orStreamSynchronize(orStream_t stream) {
   Stream* s = resolve_stream(stream, "orStreamSynchronize");
   if (!s) return orPeekAtLastError();
   std::unique_lock<std::mutex> lk(sched_mu());
+  if (orError_t e = capture::check_stream_locked(s, "orStreamSynchronize")) return e;
   wait_idle_locked(lk, s);
   if (san::on()) san::host_join_stream(s);
   return take_error(s, "orStreamSynchronize");
@@ -106,6 +112,11 @@ orError_t orStreamWaitEvent(orStream_t stream, orEvent_t event,
   if (!s) return orPeekAtLastError();
   std::lock_guard<std::mutex> g(sched_mu());
   if (orError_t e = check_live_event(event, "orStreamWaitEvent")) return e;
+  if (capture::any() || event->captured) {
+    bool handled = false;
+    orError_t e = capture::stream_wait_locked(s, event, &handled);
+    if (handled) return e;
+  }
   // The sanitizer orders by the record, not by whether it has completed yet.
   if (san::on() && event->recorded) san::stream_wait(s, event->state.get());
   // A never-recorded or already-completed event imposes no wait.
@@ -153,6 +164,7 @@ orError_t orDeviceSynchronize(void) {
   Device* dev = get_device(current_device_index(), "orDeviceSynchronize");
   if (!dev) return orPeekAtLastError();
   std::unique_lock<std::mutex> lk(sched_mu());
+  if (orError_t e = capture::check_unsafe_locked("orDeviceSynchronize")) return e;
   wait_done(lk, [&] {
     for (Stream* s : dev->streams) {
       drain_markers(s);

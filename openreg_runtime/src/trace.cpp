@@ -61,6 +61,7 @@ void trace_item(const Item& it, int device, unsigned long long stream_id,
     case Item::Memcpy: r.kind = orTraceMemcpy; break;
     case Item::Memset: r.kind = orTraceMemset; break;
     case Item::HostFunc: r.kind = orTraceHostFunc; break;
+    case Item::Graph: r.kind = orTraceGraphLaunch; break;
     default: return;
   }
   r.name = it.name;

@@ -98,6 +98,30 @@ orError_t fill_kernel(void* p) {
 }
 orError_t failing_kernel(void*) { return orErrorLaunchFailure; }
 
+// x[i] = x[i] * mul + add: an owned-argument kernel (orLaunchKernelOwned)
+// whose result depends on how many times, and in which order, it ran.
+struct OwnedCounter {
+  std::atomic<int> runs{0};
+  std::atomic<int> freed{0};
+};
+struct AxpyArgs {
+  int32_t* kview;
+  size_t n;
+  int32_t mul, add;
+  std::shared_ptr<OwnedCounter> counter;
+};
+orError_t axpy_kernel(void* p) {
+  auto* a = static_cast<AxpyArgs*>(p);
+  for (size_t i = 0; i < a->n; ++i) a->kview[i] = a->kview[i] * a->mul + a->add;
+  if (a->counter) a->counter->runs++;
+  return orSuccess;
+}
+void free_axpy(void* p) {
+  auto* a = static_cast<AxpyArgs*>(p);
+  if (a->counter) a->counter->freed++;
+  delete a;
+}
+
 // stress_stream: many host threads launching on one stream. The kernel
 // counts with a plain (racy) read-modify-write and detects overlap, so two
 // kernels running on one stream at once show up as lost counts or overlaps.
@@ -204,7 +228,7 @@ struct TraceRecorder {
     }
     std::lock_guard<std::mutex> g(mu);
     py::list out;
-    static const char* kinds[] = {"kernel", "memcpy", "memset", "host_func"};
+    static const char* kinds[] = {"kernel", "memcpy", "memset", "host_func", "graph"};
     for (auto& r : records) {
       py::dict d;
       d["kind"] = kinds[r.kind];
@@ -588,6 +612,70 @@ class OpenRegError(RuntimeError):
       .def(py::init<>())
       .def("start", &TraceRecorder::start)
       .def("stop", &TraceRecorder::stop);
+  // ---- stream capture and graphs
+  py::class_<OwnedCounter, std::shared_ptr<OwnedCounter>>(m, "OwnedCounter")
+      .def(py::init<>())
+      .def_property_readonly("runs", [](OwnedCounter& c) { return c.runs.load(); })
+      .def_property_readonly("freed", [](OwnedCounter& c) { return c.freed.load(); });
+  m.def("launch_axpy_i32", [](uintptr_t s, uintptr_t devptr, size_t n, int32_t mul, int32_t add,
+                              unsigned flags, std::shared_ptr<OwnedCounter> counter) {
+    orPointerAttributes a;
+    check(orPointerGetAttributes(&a, V(devptr)));
+    if (a.type != orMemoryTypeDevice || !a.devicePointer) {
+      PyErr_SetString(PyExc_ValueError, "launch_axpy_i32: not a live device pointer");
+      throw py::error_already_set();
+    }
+    auto* args = new AxpyArgs{static_cast<int32_t*>(a.hostPointer), n, mul, add, counter};
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orLaunchKernelOwned(S(s), axpy_kernel, args, free_axpy, "axpy_i32", flags);
+    }
+    check(e);
+  }, py::arg("stream"), py::arg("ptr"), py::arg("n"), py::arg("mul"), py::arg("add"),
+     py::arg("flags") = int(orLaunchDefault), py::arg("counter") = nullptr);
+  m.attr("CaptureModeGlobal") = int(orStreamCaptureModeGlobal);
+  m.attr("CaptureModeThreadLocal") = int(orStreamCaptureModeThreadLocal);
+  m.attr("CaptureModeRelaxed") = int(orStreamCaptureModeRelaxed);
+  m.def("stream_begin_capture", [](uintptr_t s, int mode) {
+    check(orStreamBeginCapture(S(s), orStreamCaptureMode(mode)));
+  }, py::arg("stream"), py::arg("mode") = int(orStreamCaptureModeGlobal));
+  m.def("stream_end_capture", [](uintptr_t s) {
+    orGraph_t g = nullptr;
+    check(orStreamEndCapture(S(s), &g));
+    return P(g);
+  });
+  m.def("stream_is_capturing", [](uintptr_t s) {
+    orStreamCaptureStatus st;
+    check(orStreamIsCapturing(S(s), &st));
+    return int(st);
+  });
+  m.def("graph_instantiate", [](uintptr_t g) {
+    orGraphExec_t x = nullptr;
+    check(orGraphInstantiate(&x, reinterpret_cast<orGraph_t>(g)));
+    return P(x);
+  });
+  m.def("graph_launch", [](uintptr_t x, uintptr_t s) {
+    orError_t e;
+    {
+      py::gil_scoped_release nogil;
+      e = orGraphLaunch(reinterpret_cast<orGraphExec_t>(x), S(s));
+    }
+    check(e);
+  });
+  m.def("graph_destroy", [](uintptr_t g) { check(orGraphDestroy(reinterpret_cast<orGraph_t>(g))); });
+  m.def("graph_exec_destroy", [](uintptr_t x) {
+    check(orGraphExecDestroy(reinterpret_cast<orGraphExec_t>(x)));
+  });
+  m.def("graph_node_count", [](uintptr_t g) {
+    size_t n = 0;
+    check(orGraphGetNodeCount(reinterpret_cast<orGraph_t>(g), &n));
+    return n;
+  });
+  m.def("graph_debug_dot_print", [](uintptr_t g, const std::string& path) {
+    check(orGraphDebugDotPrint(reinterpret_cast<orGraph_t>(g), path.c_str()));
+  });
+
   m.def("trace_start", [] { default_recorder().start(); });
   m.def("trace_stop", [] { return default_recorder().stop(); });
   m.def("trace_is_active", [] {
