@@ -105,10 +105,7 @@ orError_t orMemcpy(void* dst, const void* src, size_t count, orMemcpyKind kind) 
     if (count) memmove(dst, src, count);
     return orSuccess;
   }
-  if (capture::any()) {
-    std::lock_guard<std::mutex> g(sched_mu());
-    if (orError_t e = capture::check_unsafe_locked("orMemcpy")) return e;
-  }
+  if (orError_t e = capture::check_unsafe("orMemcpy")) return e;
   // Synchronous copies are ordered on the device's default stream.
   Device* dev = get_device(device, "orMemcpy");
   if (!dev) return orPeekAtLastError();
@@ -134,13 +131,9 @@ orError_t orMemcpyAsync(void* dst, const void* src, size_t count,
   Stream* s = resolve_stream(stream, "orMemcpyAsync");
   if (!s) return orPeekAtLastError();
   Item it = copy_item("orMemcpyAsync", dst, src, count, kind);
-  if (capture::any()) {
-    // Recorded whatever the host memory: a replay copies from and to it then.
-    std::lock_guard<std::mutex> g(sched_mu());
-    bool recorded = false;
-    orError_t e = capture::record_locked(s, it, "orMemcpyAsync", &recorded);
-    if (recorded) return e;
-  }
+  // Recorded whatever the host memory: a replay copies from and to it then.
+  orError_t captured;
+  if (capture::recorded(s, it, "orMemcpyAsync", &captured)) return captured;
   const void* host = kind == orMemcpyHostToDevice ? src
                      : kind == orMemcpyDeviceToHost ? static_cast<const void*>(dst)
                                                     : nullptr;
@@ -168,10 +161,7 @@ orError_t orMemcpyAsync(void* dst, const void* src, size_t count,
 orError_t orMemset(void* devPtr, int value, size_t count) {
   int d = -1;
   if (orError_t e = check_memset("orMemset", devPtr, count, &d)) return e;
-  if (capture::any()) {
-    std::lock_guard<std::mutex> g(sched_mu());
-    if (orError_t e = capture::check_unsafe_locked("orMemset")) return e;
-  }
+  if (orError_t e = capture::check_unsafe("orMemset")) return e;
   Device* dev = get_device(d, "orMemset");
   if (!dev) return orPeekAtLastError();
   Stream* s = dev->default_stream;
@@ -188,17 +178,13 @@ orError_t orMemsetAsync(void* devPtr, int value, size_t count, orStream_t stream
   if (orError_t e = check_memset("orMemsetAsync", devPtr, count, &d)) return e;
   Stream* s = resolve_stream(stream, "orMemsetAsync");
   if (!s) return orPeekAtLastError();
-  if (capture::any()) {
-    Item it = memset_item("orMemsetAsync", devPtr, value, count);
-    std::lock_guard<std::mutex> g(sched_mu());
-    bool recorded = false;
-    orError_t e = capture::record_locked(s, it, "orMemsetAsync", &recorded);
-    if (recorded) return e;
-  }
+  Item it = memset_item("orMemsetAsync", devPtr, value, count);
+  orError_t captured;
+  if (capture::recorded(s, it, "orMemsetAsync", &captured)) return captured;
   if (san::on()) {
     if (orError_t e = san::memset(s, devPtr, count, "orMemsetAsync")) return e;
   }
-  submit(s, memset_item("orMemsetAsync", devPtr, value, count), /*inline_ok=*/true);
+  submit(s, std::move(it), /*inline_ok=*/true);
   return orSuccess;
 }
 

@@ -65,9 +65,41 @@ std::unordered_set<const void*>& live_handles() {
   static auto* s = new std::unordered_set<const void*>();
   return *s;
 }
-bool is_live(const void* h) {
+const char* handle_kind(const orGraph_st*) { return "graph"; }
+const char* handle_kind(const orGraphExec_st*) { return "executable graph"; }
+
+// A new graph or executable graph over `nodes`, registered as live.
+template <class Handle>
+Handle* make_handle(std::shared_ptr<const GraphNodes> nodes) {
+  auto* h = new Handle{std::move(nodes)};
   std::lock_guard<std::mutex> g(handles_mu());
-  return h && live_handles().count(h);
+  live_handles().insert(h);
+  return h;
+}
+
+// The nodes of a live graph or executable graph, or null with the thread's
+// error set (naming `call`). Taken under the lock, against a concurrent destroy.
+template <class Handle>
+std::shared_ptr<const GraphNodes> live_nodes(const Handle* h, const char* call) {
+  std::lock_guard<std::mutex> g(handles_mu());
+  if (!h || !live_handles().count(h)) {
+    fail(orErrorInvalidResourceHandle, "%s: %p is not a live %s", call,
+         static_cast<const void*>(h), handle_kind(h));
+    return nullptr;
+  }
+  return h->nodes;
+}
+
+template <class Handle>
+orError_t destroy_handle(Handle* h, const char* call) {
+  {
+    std::lock_guard<std::mutex> g(handles_mu());
+    if (!h || !live_handles().erase(h))
+      return fail(orErrorInvalidResourceHandle, "%s: %p is not a live %s", call,
+                  static_cast<void*>(h), handle_kind(h));
+  }
+  delete h;  // executable graphs and queued launches keep the nodes
+  return orSuccess;
 }
 
 const char* mode_name(orStreamCaptureMode m) {
@@ -124,16 +156,8 @@ const char* kind_name(orMemcpyKind k) {
   }
 }
 
-}  // namespace
-
-namespace capture {
-
-bool any() { return g_active.load(std::memory_order_relaxed) != 0; }
-
-orError_t record_locked(Stream* s, Item& it, const char* call, bool* recorded) {
-  *recorded = false;
-  if (!s->capture) return orSuccess;
-  *recorded = true;
+// `s` is capturing: record `it` into its capture, or fail.
+orError_t record_locked(Stream* s, Item& it, const char* call) {
   Capture& c = *s->capture;
   if (c.invalidated)
     return fail(orErrorStreamCaptureInvalidated,
@@ -157,6 +181,26 @@ orError_t record_locked(Stream* s, Item& it, const char* call, bool* recorded) {
   c.graph->nodes.push_back(std::move(n));
   f.assign(1, int(c.graph->nodes.size()) - 1);
   return orSuccess;
+}
+
+}  // namespace
+
+namespace capture {
+
+bool any() { return g_active.load(std::memory_order_relaxed) != 0; }
+
+bool recorded(Stream* s, Item& it, const char* call, orError_t* err) {
+  if (!any()) return false;
+  std::lock_guard<std::mutex> g(sched_mu());
+  if (!s->capture) return false;
+  *err = record_locked(s, it, call);
+  return true;
+}
+
+orError_t check_unsafe(const char* call) {
+  if (!any()) return orSuccess;
+  std::lock_guard<std::mutex> g(sched_mu());
+  return check_unsafe_locked(call);
 }
 
 orError_t check_stream_locked(Stream* s, const char* call) {
@@ -374,12 +418,7 @@ orError_t orStreamEndCapture(orStream_t stream, orGraph_t* graph) {
                     other->id, s->id, nodes[n].item.name, s->id);
     }
   }
-  auto* gr = new orGraph_st{c->graph};
-  {
-    std::lock_guard<std::mutex> h(handles_mu());
-    live_handles().insert(gr);
-  }
-  *graph = gr;
+  *graph = make_handle<orGraph_st>(c->graph);
   return orSuccess;
 }
 
@@ -397,88 +436,48 @@ orError_t orStreamIsCapturing(orStream_t stream, orStreamCaptureStatus* status) 
 orError_t orGraphInstantiate(orGraphExec_t* exec, orGraph_t graph) {
   if (!exec) return fail(orErrorInvalidValue, "orGraphInstantiate: exec is NULL");
   *exec = nullptr;
-  if (!is_live(graph))
-    return fail(orErrorInvalidResourceHandle, "orGraphInstantiate: %p is not a live graph",
-                static_cast<void*>(graph));
-  auto* x = new orGraphExec_st{graph->nodes};
-  std::lock_guard<std::mutex> h(handles_mu());
-  live_handles().insert(x);
-  *exec = x;
+  auto nodes = live_nodes(graph, "orGraphInstantiate");
+  if (!nodes) return orPeekAtLastError();
+  *exec = make_handle<orGraphExec_st>(std::move(nodes));
   return orSuccess;
 }
 
 orError_t orGraphLaunch(orGraphExec_t exec, orStream_t stream) {
-  if (!is_live(exec))
-    return fail(orErrorInvalidResourceHandle,
-                "orGraphLaunch: %p is not a live executable graph", static_cast<void*>(exec));
+  auto nodes = live_nodes(exec, "orGraphLaunch");
+  if (!nodes) return orPeekAtLastError();
   Stream* s = resolve_stream(stream, "orGraphLaunch");
   if (!s) return orPeekAtLastError();
   Item it;
   it.type = Item::Graph;
   it.name = "orGraphLaunch";
-  {
-    std::lock_guard<std::mutex> h(handles_mu());  // against a concurrent destroy
-    if (!live_handles().count(exec))
-      return fail(orErrorInvalidResourceHandle,
-                  "orGraphLaunch: %p is not a live executable graph", static_cast<void*>(exec));
-    it.graph = exec->nodes;
-  }
+  it.graph = std::move(nodes);
   it.graph_device = s->device;
   it.graph_stream = s->id;
-  if (capture::any()) {
-    std::lock_guard<std::mutex> g(sched_mu());
-    bool recorded = false;
-    orError_t e = capture::record_locked(s, it, "orGraphLaunch", &recorded);
-    if (recorded) return e;
-  }
+  orError_t e;
+  if (capture::recorded(s, it, "orGraphLaunch", &e)) return e;
   if (san::on()) san::launch(s);
   submit(s, std::move(it), /*inline_ok=*/true);
   return orSuccess;
 }
 
-orError_t orGraphDestroy(orGraph_t graph) {
-  {
-    std::lock_guard<std::mutex> h(handles_mu());
-    if (!graph || !live_handles().erase(graph))
-      return fail(orErrorInvalidResourceHandle, "orGraphDestroy: %p is not a live graph",
-                  static_cast<void*>(graph));
-  }
-  delete graph;  // executable graphs and queued launches keep the nodes
-  return orSuccess;
-}
+orError_t orGraphDestroy(orGraph_t graph) { return destroy_handle(graph, "orGraphDestroy"); }
 
 orError_t orGraphExecDestroy(orGraphExec_t exec) {
-  {
-    std::lock_guard<std::mutex> h(handles_mu());
-    if (!exec || !live_handles().erase(exec))
-      return fail(orErrorInvalidResourceHandle,
-                  "orGraphExecDestroy: %p is not a live executable graph",
-                  static_cast<void*>(exec));
-  }
-  delete exec;
-  return orSuccess;
+  return destroy_handle(exec, "orGraphExecDestroy");
 }
 
 orError_t orGraphGetNodeCount(orGraph_t graph, size_t* count) {
   if (!count) return fail(orErrorInvalidValue, "orGraphGetNodeCount: count is NULL");
-  std::lock_guard<std::mutex> h(handles_mu());
-  if (!graph || !live_handles().count(graph))
-    return fail(orErrorInvalidResourceHandle, "orGraphGetNodeCount: %p is not a live graph",
-                static_cast<void*>(graph));
-  *count = graph->nodes->nodes.size();
+  auto nodes = live_nodes(graph, "orGraphGetNodeCount");
+  if (!nodes) return orPeekAtLastError();
+  *count = nodes->nodes.size();
   return orSuccess;
 }
 
 orError_t orGraphDebugDotPrint(orGraph_t graph, const char* path) {
   if (!path) return fail(orErrorInvalidValue, "orGraphDebugDotPrint: path is NULL");
-  std::shared_ptr<const GraphNodes> nodes;
-  {
-    std::lock_guard<std::mutex> h(handles_mu());
-    if (!graph || !live_handles().count(graph))
-      return fail(orErrorInvalidResourceHandle, "orGraphDebugDotPrint: %p is not a live graph",
-                  static_cast<void*>(graph));
-    nodes = graph->nodes;
-  }
+  auto nodes = live_nodes(graph, "orGraphDebugDotPrint");
+  if (!nodes) return orPeekAtLastError();
   FILE* f = std::fopen(path, "w");
   if (!f)
     return fail(orErrorInvalidValue, "orGraphDebugDotPrint: cannot write %s: %s", path,

@@ -25,12 +25,8 @@ orError_t orLaunchHostFunc(orStream_t stream, orHostFn_t fn, void* userData) {
   it.name = "orLaunchHostFunc";
   it.hfn = fn;
   it.args = userData;
-  if (capture::any()) {
-    std::lock_guard<std::mutex> g(sched_mu());
-    bool recorded = false;
-    orError_t e = capture::record_locked(s, it, "orLaunchHostFunc", &recorded);
-    if (recorded) return e;
-  }
+  orError_t e;
+  if (capture::recorded(s, it, "orLaunchHostFunc", &e)) return e;
   if (san::on()) san::launch(s);
   submit(s, std::move(it), /*inline_ok=*/false);
   return orSuccess;
@@ -44,12 +40,8 @@ orError_t orLaunchSleep(orStream_t stream, unsigned long long microseconds) {
   it.name = "orLaunchSleep";
   it.hfn = sleep_host_fn;
   it.args = reinterpret_cast<void*>(uintptr_t(microseconds));
-  if (capture::any()) {
-    std::lock_guard<std::mutex> g(sched_mu());
-    bool recorded = false;
-    orError_t e = capture::record_locked(s, it, "orLaunchSleep", &recorded);
-    if (recorded) return e;
-  }
+  orError_t e;
+  if (capture::recorded(s, it, "orLaunchSleep", &e)) return e;
   if (san::on()) san::launch(s);
   submit(s, std::move(it), /*inline_ok=*/false);
   return orSuccess;
@@ -59,23 +51,32 @@ orError_t orLaunchSleep(orStream_t stream, unsigned long long microseconds) {
 
 namespace {
 
-// orLaunchKernel and orLaunchKernelOwned: `it` carries the arguments (and,
-// for the second, owns them: they go with the last copy of the item).
-orError_t launch_kernel(orStream_t stream, Item& it, unsigned int flags, const char* call) {
+// orLaunchKernel and orLaunchKernelOwned. `owned`, for the second, holds
+// `args`: they go with the last copy of the item (or with this call, if it
+// fails).
+orError_t launch_kernel(orStream_t stream, orKernelFn_t fn, void* args,
+                        std::shared_ptr<void> owned, bool args_owned, const char* name,
+                        unsigned int flags, const char* call) {
+  if (!fn) return fail(orErrorInvalidValue, "%s: fn is NULL", call);
   if (flags & ~unsigned(orLaunchSynchronous | orLaunchNeverInline | orLaunchMayDefer))
     return fail(orErrorInvalidValue, "%s: unknown flags 0x%x", call, flags);
   if ((flags & orLaunchMayDefer) && (flags & (orLaunchSynchronous | orLaunchNeverInline)))
     return fail(orErrorInvalidValue,
                 "%s: orLaunchMayDefer does not combine with orLaunchSynchronous "
                 "or orLaunchNeverInline (flags 0x%x)", call, flags);
+  Item it;
+  it.type = Item::Kernel;
+  it.name = name ? name : "kernel";
+  it.kfn = fn;
+  it.args = args;
+  it.owned = std::move(owned);
+  it.args_owned = args_owned;
   it.may_defer = flags & orLaunchMayDefer;
-  if (capture::any()) {
+  if (capture::any()) {  // the hot path resolves no stream otherwise
     Stream* s = resolve_stream(stream, call);
     if (!s) return orPeekAtLastError();
-    std::lock_guard<std::mutex> g(sched_mu());
-    bool recorded = false;
-    orError_t e = capture::record_locked(s, it, call, &recorded);
-    if (recorded) return e;
+    orError_t e;
+    if (capture::recorded(s, it, call, &e)) return e;
   }
   const bool sync = flags & orLaunchSynchronous;
   // The sanitizer checks the accesses declared for this launch before the
@@ -111,13 +112,8 @@ extern "C" {
 
 orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
                          const char* name, unsigned int flags) {
-  if (!fn) return fail(orErrorInvalidValue, "orLaunchKernel: fn is NULL");
-  Item it;
-  it.type = Item::Kernel;
-  it.name = name ? name : "kernel";
-  it.kfn = fn;
-  it.args = args;
-  return launch_kernel(stream, it, flags, "orLaunchKernel");
+  return launch_kernel(stream, fn, args, nullptr, /*args_owned=*/false, name, flags,
+                       "orLaunchKernel");
 }
 
 orError_t orLaunchKernelOwned(orStream_t stream, orKernelFn_t fn, void* args,
@@ -126,15 +122,8 @@ orError_t orLaunchKernelOwned(orStream_t stream, orKernelFn_t fn, void* args,
   std::shared_ptr<void> owned(args, [deleter](void* p) {
     if (deleter) deleter(p);
   });
-  if (!fn) return fail(orErrorInvalidValue, "orLaunchKernelOwned: fn is NULL");
-  Item it;
-  it.type = Item::Kernel;
-  it.name = name ? name : "kernel";
-  it.kfn = fn;
-  it.args = args;
-  it.owned = std::move(owned);
-  it.args_owned = true;
-  return launch_kernel(stream, it, flags, "orLaunchKernelOwned");
+  return launch_kernel(stream, fn, args, std::move(owned), /*args_owned=*/true, name, flags,
+                       "orLaunchKernelOwned");
 }
 
 }  // extern "C"

@@ -69,15 +69,18 @@ namespace capture {
 // True while any capture is active: the one check the launch paths make
 // when nothing captures (a relaxed load).
 bool any();
+// Called WITHOUT sched_mu() held, by every path that enqueues work: true if
+// `s` is capturing, then `it` was recorded into its capture or could not be
+// (*err: the capture is invalidated, or `it` cannot be recorded).
+bool recorded(Stream* s, Item& it, const char* call, orError_t* err);
+// `call` is a potentially unsafe call (device synchronisation, a blocking
+// copy): illegal during a global capture, or a thread-local one of this
+// thread. The first takes sched_mu(), the second needs it held.
+orError_t check_unsafe(const char* call);
+orError_t check_unsafe_locked(const char* call);
 // The rest is called WITH sched_mu() held.
-// If `s` is capturing: record `it` into its capture (or fail: the capture is
-// invalidated, or `it` cannot be recorded) and set *recorded.
-orError_t record_locked(Stream* s, Item& it, const char* call, bool* recorded);
 // `call` waits for or observes stream `s`'s work: illegal if it captures.
 orError_t check_stream_locked(Stream* s, const char* call);
-// `call` is a potentially unsafe call (device synchronisation, a blocking
-// copy): illegal during a global capture, or a thread-local one of this thread.
-orError_t check_unsafe_locked(const char* call);
 // orEventRecord on `s`: true if `s` captures (the event now names capture nodes).
 bool event_record_locked(orEvent_t e, Stream* s);
 // orStreamWaitEvent: joins, merges or refuses captures; *handled if done.
