@@ -1,20 +1,15 @@
 """benchmarks/compile.py keeps working (its figures are not asserted)."""
 
-import pathlib
-import subprocess
-import sys
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.benchmarks._helpers import run_benchmark
 
 
 @pytest.mark.benchmarks
 @pytest.mark.slow
 class TestCompileBenchmarkRuns:
     def test_quick_mode(self):
-        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compile.py"), "--quick"],
-                           capture_output=True, text=True, timeout=900, cwd=ROOT)
+        r = run_benchmark("compile.py", "--quick", timeout=900)
         assert r.returncode == 0, r.stderr
         for case in ["pointwise chain 4M", "MLP", "transformer block"]:
             assert case in r.stdout, r.stdout

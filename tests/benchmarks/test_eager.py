@@ -2,13 +2,10 @@
 belongs in the benchmark's output, not in tests)."""
 
 import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.benchmarks._helpers import ROOT, run_benchmark
 
 
 @pytest.mark.benchmarks
@@ -16,8 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 class TestEagerBenchmarkRuns:
     def test_one_round_in_strict_mode(self):
         env = dict(os.environ, OPENREG_STRICT_MEMORY="1", BENCH_ROUNDS="1")
-        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eager.py"), "--strict", "1"],
-                           env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        r = run_benchmark("eager.py", "--strict", "1", env=env, timeout=600)
         assert r.returncode == 0, r.stderr
         for case in ["add, 1 element", "mm 512x512", "conv2d ResNet block", "softmax", "layer_norm",
                      "train step (2 layers, d=256), own process",
@@ -29,10 +25,9 @@ class TestEagerBenchmarkRuns:
         # The committed before/after figures redraw the plot in docs/ (no timing).
         results = ROOT / "benchmarks" / "results"
         png = tmp_path / "ratios.png"
-        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eager.py"),
-                            "--from-json", str(results / "eager_after.json"),
-                            "--before", str(results / "eager_before.json"), "--plot", str(png)],
-                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+        r = run_benchmark("eager.py", "--from-json", str(results / "eager_after.json"),
+                          "--before", str(results / "eager_before.json"), "--plot", str(png),
+                          timeout=300)
         assert r.returncode == 0, r.stderr
         assert "strict memory ON" in r.stdout and "strict memory OFF" in r.stdout
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,21 +1,17 @@
 """benchmarks/profiler.py keeps working (its figures are not asserted: timing
 belongs in the benchmark's output, not in tests)."""
 
-import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.benchmarks._helpers import run_benchmark
 
 
 @pytest.mark.benchmarks
 class TestProfilerBenchmarkRuns:
     def test_quick_run_prints_the_ratio(self):
-        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profiler.py"), "--quick"],
-                           capture_output=True, text=True, timeout=600, cwd=ROOT)
+        r = run_benchmark("profiler.py", "--quick", timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
         for case in ["openreg, CPU + PrivateUse1 activities", "openreg, CPU activity only",
                      "cpu, CPU activity only"]:

@@ -1,21 +1,15 @@
 """benchmarks/sanitizer.py keeps working (its figures are not asserted)."""
 
-import pathlib
-import subprocess
-import sys
-
 import pytest
 
 from tests._subprocess import child_env
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.benchmarks._helpers import run_benchmark
 
 
 @pytest.mark.benchmarks
 class TestSanitizerBenchmarkRuns:
     def test_quick_run(self):
-        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sanitizer.py"), "--quick"],
-                           env=child_env(), capture_output=True, text=True, timeout=600, cwd=ROOT)
+        r = run_benchmark("sanitizer.py", "--quick", env=child_env(), timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr
         for case in ["MLP train step", "transformer train step"]:
             assert case in r.stdout, r.stdout

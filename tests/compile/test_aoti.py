@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from tests._subprocess import run_python
+from torch_openreg.testing import recorded_kernel_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOL = 1e-5
@@ -101,16 +102,12 @@ class TestAOTInductorPython:
                 close(model(x.to("openreg")), ref(x))
 
     def test_runs_on_the_current_non_default_stream(self, packages):
-        from torch_openreg import _runtime  # the runtime's trace: which stream ran what
-
         model = torch._inductor.aoti_load_package(packages["mlp"])
         x = linspace_input()
         ref = mlp().to("openreg")
         s = torch.openreg.Stream()
         s.wait_stream(torch.openreg.current_stream())
-        torch.openreg.synchronize()
-        _runtime.trace_start()
-        try:
+        with recorded_kernel_records() as records:  # which stream ran what
             with torch.no_grad():
                 x.add(0)  # a kernel on the default stream
                 with torch.openreg.stream(s):
@@ -119,9 +116,6 @@ class TestAOTInductorPython:
                     y_ref = ref(x)
             torch.openreg.current_stream().wait_stream(s)
             close(y, y_ref)
-        finally:
-            torch.openreg.synchronize()
-            records = [r for r in _runtime.trace_stop() if r["kind"] == "kernel"]
         default, side = records[0]["stream"], records[1]["stream"]
         assert default != side
         compiled = [r for r in records if r["name"].startswith("cpp_fused")]
@@ -136,8 +130,6 @@ class TestAOTInductorPython:
         cudaStream_t: here the orStream_t of a torch stream, in a capsule."""
         import ctypes
 
-        from torch_openreg import _runtime
-
         capsule_new = ctypes.pythonapi.PyCapsule_New
         capsule_new.restype = ctypes.py_object
         capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -145,16 +137,11 @@ class TestAOTInductorPython:
         x = linspace_input()
         s = torch.openreg.Stream()
         s.wait_stream(torch.openreg.current_stream())
-        torch.openreg.synchronize()
-        _runtime.trace_start()
-        try:
+        with recorded_kernel_records() as records:
             with torch.no_grad():
                 x.add(0)  # the current (default) stream
                 (y,) = model.loader.run([x], capsule_new(s.native_handle, None, None))
             assert torch.openreg.current_stream() == torch.openreg.default_stream()
-        finally:
-            torch.openreg.synchronize()
-            records = [r for r in _runtime.trace_stop() if r["kind"] == "kernel"]
         assert len({r["stream"] for r in records[1:]}) == 1, records
         assert records[1]["stream"] != records[0]["stream"], records
         with torch.no_grad():

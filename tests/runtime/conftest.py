@@ -13,14 +13,24 @@ import pytest
 from tests.runtime._helpers import call_with_timeout, rt
 
 
-@pytest.fixture
-def stream():
-    """A new stream on device 0 (priority 0), destroyed afterwards."""
+def _new_stream():
     s = rt.stream_create(0)
     try:
         yield s
     finally:
         call_with_timeout(rt.stream_destroy, s)
+
+
+@pytest.fixture
+def stream():
+    """A new stream on device 0 (priority 0), destroyed afterwards."""
+    yield from _new_stream()
+
+
+@pytest.fixture
+def stream2():
+    """A second one, for tests of two streams."""
+    yield from _new_stream()
 
 
 @pytest.fixture

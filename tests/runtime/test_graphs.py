@@ -32,15 +32,6 @@ def buf():
         rt.free(p)
 
 
-@pytest.fixture
-def stream2():
-    s = rt.stream_create(0)
-    try:
-        yield s
-    finally:
-        call_with_timeout(rt.stream_destroy, s)
-
-
 def capture(stream, record, mode=rt.CaptureModeGlobal):
     rt.stream_begin_capture(stream, mode)
     try:
