@@ -101,13 +101,14 @@ std::unique_ptr<torch::inductor::AOTIModelContainerRunner> create_runner(
   std::smatch m;
   TORCH_CHECK(std::regex_match(device_str, m, re), "openreg AOTInductor runner: invalid device '",
               device_str, "'");
-  const c10::DeviceIndex device =
-      m[2].matched ? static_cast<c10::DeviceIndex>(std::stoi(m[2].str())) : current_device();
-  TORCH_CHECK(m[2].matched ? std::stoi(m[2].str()) < device_count() : true,
+  // Parsed as an int first: up to 4 digits, checked before narrowing.
+  const int index = m[2].matched ? std::stoi(m[2].str()) : current_device();
+  TORCH_CHECK(index < device_count(),
               "openreg AOTInductor runner: cannot load the package on ", device_str, ": ",
               static_cast<int>(device_count()), " openreg device(s) (OPENREG_DEVICE_COUNT)");
   return std::make_unique<AOTIModelContainerRunnerOpenReg>(
-      model_so_path, num_models, device_str, bin_dir, run_single_threaded, device);
+      model_so_path, num_models, device_str, bin_dir, run_single_threaded,
+      static_cast<c10::DeviceIndex>(index));
 }
 
 const torch::inductor::RegisterAOTIModelRunner register_openreg("openreg", &create_runner);
