@@ -1,6 +1,7 @@
 // torch_openreg._C: the Python bindings behind torch.openreg.
 // Importing it loads libtorch_openreg, whose static initialisers register
 // the allocator, guard, hooks, host allocator and kernels with PyTorch.
+#include "aten/Graph.h"
 #include "aten/KernelView.h"
 #include "runtime/OpenRegAllocator.h"
 #include "runtime/OpenRegFunctions.h"
@@ -151,7 +152,7 @@ py::dict memory_snapshot() {
     sd["requested_size"] = requested;
     sd["stream"] = seg.stream;
     sd["segment_type"] = seg.small ? "small" : "large";
-    sd["segment_pool_id"] = py::make_tuple(0, 0);
+    sd["segment_pool_id"] = py::make_tuple(seg.pool_id.first, seg.pool_id.second);
     sd["is_expandable"] = false;
     sd["frames"] = seg.blocks.empty() ? py::list() : frames_of(seg.blocks.front().context);
     sd["blocks"] = blocks;
@@ -339,6 +340,15 @@ PYBIND11_MODULE(_C, m) {
     auto* b = reinterpret_cast<THPEvent*>(end.ptr());
     py::gil_scoped_release nogil;
     return a->event.elapsedTime(b->event);
+  });
+
+  // graphs (the graph itself is torch.accelerator.Graph, aten/Graph.cpp)
+  m.def("_graph_pool_handle", [] {
+    auto id = torch_openreg::graphPoolHandle();
+    return py::make_tuple(id.first, id.second);
+  });
+  m.def("_is_current_stream_capturing", [](int64_t index) {
+    return torch_openreg::currentStreamIsCapturing(index_or_current(index));
   });
 
   // memory

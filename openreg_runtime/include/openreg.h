@@ -338,6 +338,11 @@ OR_API orError_t orStreamBeginCapture(orStream_t stream, orStreamCaptureMode mod
 /* Ends the capture begun on `stream`; *graph is NULL unless it succeeds. */
 OR_API orError_t orStreamEndCapture(orStream_t stream, orGraph_t* graph);
 OR_API orError_t orStreamIsCapturing(orStream_t stream, orStreamCaptureStatus* status);
+/* As orStreamIsCapturing, and the capture's id (cudaStreamGetCaptureInfo's
+ * id_out): unique in the process, the same on every stream that joined the
+ * capture, 0 when `stream` is not capturing. `id` may be NULL. */
+OR_API orError_t orStreamGetCaptureInfo(orStream_t stream, orStreamCaptureStatus* status,
+                                        unsigned long long* id);
 OR_API orError_t orGraphInstantiate(orGraphExec_t* exec, orGraph_t graph);
 OR_API orError_t orGraphLaunch(orGraphExec_t exec, orStream_t stream);
 /* A graph's owned kernel arguments live until the graph and every executable

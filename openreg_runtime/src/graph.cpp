@@ -31,6 +31,7 @@ struct Capture {
   std::thread::id thread;
   Stream* origin = nullptr;
   unsigned long long origin_id = 0;
+  unsigned long long id = 0;  // unique per process, shared by joined streams
   bool invalidated = false;
   std::string reason;  // the first error that invalidated it
   std::shared_ptr<GraphNodes> graph = std::make_shared<GraphNodes>();
@@ -365,6 +366,8 @@ orError_t orStreamBeginCapture(orStream_t stream, orStreamCaptureMode mode) {
   c->thread = std::this_thread::get_id();
   c->origin = s;
   c->origin_id = s->id;
+  static std::atomic<unsigned long long> next_id{1};
+  c->id = next_id.fetch_add(1, std::memory_order_relaxed);
   c->frontier[s] = {};
   s->capture = c;
   active().push_back(c);
@@ -430,6 +433,24 @@ orError_t orStreamIsCapturing(orStream_t stream, orStreamCaptureStatus* status) 
   *status = !s->capture ? orStreamCaptureStatusNone
             : s->capture->invalidated ? orStreamCaptureStatusInvalidated
                                       : orStreamCaptureStatusActive;
+  return orSuccess;
+}
+
+orError_t orStreamGetCaptureInfo(orStream_t stream, orStreamCaptureStatus* status,
+                                 unsigned long long* id) {
+  if (!status) return fail(orErrorInvalidValue, "orStreamGetCaptureInfo: status is NULL");
+  Stream* s = resolve_stream(stream, "orStreamGetCaptureInfo");
+  if (!s) return orPeekAtLastError();
+  if (!capture::any()) {  // the allocator asks on every allocation while any capture runs
+    *status = orStreamCaptureStatusNone;
+    if (id) *id = 0;
+    return orSuccess;
+  }
+  std::lock_guard<std::mutex> g(sched_mu());
+  *status = !s->capture ? orStreamCaptureStatusNone
+            : s->capture->invalidated ? orStreamCaptureStatusInvalidated
+                                      : orStreamCaptureStatusActive;
+  if (id) *id = s->capture ? s->capture->id : 0;
   return orSuccess;
 }
 

@@ -23,6 +23,7 @@
 
 namespace c10 {
 struct FunctionSchema;
+struct IValue;
 }
 
 namespace torch_openreg {
@@ -91,6 +92,11 @@ struct OpDeviceInfo {
 // By schema (the boxed fallback) and by "name.overload" (unboxed kernels).
 OpDeviceInfo make_device_info(const c10::FunctionSchema& schema);
 const OpDeviceInfo& device_info_for(const char* aten_schema_name);
+
+// The boxed fallback's check of one call: the arguments of `schema` are
+// stack[begin...] (Fallback.cpp; the graph capture path checks with it too).
+void check_op_devices(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& stack,
+                      size_t begin);
 
 }  // namespace torch_openreg
 

@@ -9,6 +9,7 @@
 // from the openreg generator through a CPU engine seeded from it (see
 // bridge_generator), and `device=` arguments are mapped.
 #include "DeviceCheck.h"
+#include "Graph.h"
 #include "KernelView.h"
 
 #include "Philox.h"
@@ -314,6 +315,11 @@ void unsupported_layout(const c10::OperatorHandle& op, c10::DispatchKeySet,
 
 }  // namespace
 
+void check_op_devices(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                      size_t begin) {
+  check_devices(schema, stack, begin);
+}
+
 void register_structured_kernels() {
   // Structured operators reach an out-of-tree backend through their generated
   // CompositeExplicitAutogradNonFunctional kernel, which allocates the result
@@ -329,6 +335,13 @@ void register_structured_kernels() {
     static auto* lib = new torch::Library(torch::Library::IMPL, "aten",
                                           c10::DispatchKey::PrivateUse1,
                                           __FILE__, __LINE__);
+    // A graph capture records an operator that has a composite kernel as
+    // the operator openreg runs (Graph.cpp), not as the composite kernel,
+    // which the dispatcher would otherwise prefer to the capture's fallback,
+    // would split it up (mse_loss into mse_loss.out on a scalar, ...).
+    static auto* capture_lib = new torch::Library(torch::Library::IMPL, "aten",
+                                                  c10::DispatchKey::CustomRNGKeyId,
+                                                  __FILE__, __LINE__);
     static auto* qlib = new torch::Library(torch::Library::IMPL, "aten",
                                            c10::DispatchKey::QuantizedPrivateUse1,
                                            __FILE__, __LINE__);
@@ -354,6 +367,12 @@ void register_structured_kernels() {
       const bool composite =
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+      if (composite) {
+        std::string full = name.name.substr(6);
+        if (!name.overload_name.empty()) full += "." + name.overload_name;
+        capture_lib->impl(full.c_str(),
+                          torch::CppFunction::makeFromBoxedFunction<&capture_fallback>());
+      }
       if (!composite || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
         continue;
@@ -362,6 +381,7 @@ void register_structured_kernels() {
       if (!name.overload_name.empty()) full += "." + name.overload_name;
       lib->impl(full.c_str(),
                 torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<false>>());
+
     }
   });
 }

@@ -174,12 +174,23 @@ class AliasSet {
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted_;
 };
 
+// Nonzero while this thread runs a graph node's operator (a replay, which is
+// already device work in stream order) or, during a capture, an operator
+// that does no device work (a view): launch_kernel then runs `fn` at once
+// instead of launching it (Graph.cpp).
+inline thread_local int graph_inline_depth = 0;
+
 // Run `fn` as a kernel on `device`'s current stream: after the stream's
 // earlier work, on this thread, with CPU allocations routed to the device.
 // Exceptions thrown by `fn` propagate to the caller unchanged.
 // [docs:launch-kernel]
 template <class F>
 void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn) {
+  if (C10_UNLIKELY(graph_inline_depth != 0)) {
+    KernelScope scope(device);
+    fn();
+    return;
+  }
   struct Ctx {
     F* fn;
     c10::DeviceIndex device;

@@ -10,6 +10,12 @@
 //  - on out-of-memory the cache is flushed and the allocation retried once
 //    before torch.OutOfMemoryError is raised with a CUDA-like message;
 //    set_per_process_memory_fraction caps what a device may reserve;
+//  - graph capture (CUDA's private pools): while a stream captures, the
+//    allocations made on it (and on the streams that joined its capture)
+//    come from the graph's private pool; blocks freed there go back to that
+//    pool only, so their memory stays reserved for replays, and graphs that
+//    share a pool id share its blocks. The pool's segments are given back
+//    once no graph uses it and its blocks are free;
 //  - optionally (torch.openreg.memory._record_memory_history) a context per
 //    live block and a trace of actions, for memory snapshots. Off, it costs
 //    one branch per allocation and per free.
@@ -29,6 +35,8 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -51,8 +59,11 @@ constexpr size_t kLargeBuffer = 20 << 20;    // large-pool segment size
 constexpr size_t kMinLargeAlloc = 10 << 20;  // above this, exact segments
 constexpr size_t kRoundLarge = 2 << 20;
 
+struct PrivatePool;
+
 struct Block {
   c10::DeviceIndex device = 0;
+  PrivatePool* pool = nullptr;  // a graph's private pool, or null (the device's)
   c10::StreamId stream = 0;  // the allocation stream
   size_t size = 0;
   size_t requested = 0;
@@ -84,6 +95,17 @@ struct BlockLess {
   }
 };
 using Pool = std::set<Block*, BlockLess>;
+
+// A graph memory pool (CUDA's PrivatePool): blocks that only allocations
+// routed to it use. `users` counts the graphs (and captures) that hold it;
+// at 0 its free segments are given back and, once it has none, it goes.
+struct PrivatePool {
+  c10::MempoolId_t id;
+  Pool small, large;
+  int users = 0;
+  size_t segments = 0;
+  Pool& of(bool small_block) { return small_block ? small : large; }
+};
 
 size_t round_size(size_t n) {
   if (n < kMinBlockSize) return kMinBlockSize;
@@ -129,6 +151,16 @@ struct DeviceState {
   // allocation splits a block and every free merges one back, and a heap
   // allocation each way cost as much as the rest of the bookkeeping.
   std::vector<Block*> spare;
+
+  // Graph pools by id, and the captures whose allocations go to one:
+  // (capture id, pool). `routed` is what malloc_block reads without the
+  // lock: nonzero while any capture routes on this device.
+  std::map<c10::MempoolId_t, std::unique_ptr<PrivatePool>> private_pools;
+  std::vector<std::pair<unsigned long long, PrivatePool*>> routes;
+  std::atomic<int> routed{0};
+  Pool& pool_of(Block* b) {
+    return b->pool ? b->pool->of(b->small) : (b->small ? small_pool : large_pool);
+  }
 
   // Freed small blocks, kept whole (not merged into the pool) for the next
   // request of exactly their size on their stream: the hot path of eager
@@ -217,25 +249,39 @@ class CachingAllocator final : public c10::DeviceAllocator {
   // ---------------------------------------------------------------- alloc
   Block* malloc_block(c10::DeviceIndex device, size_t requested) {
     check_device_index(device);
-    c10::StreamId stream = getCurrentStream(device).id();
+    const c10::Stream current = getCurrentStream(device);
+    c10::StreamId stream = current.id();
     DeviceState& st = state(device);
     std::shared_ptr<c10::GatheredContext> ctx;
     const bool hist = history_on();
     if (C10_UNLIKELY(hist)) ctx = g_history.gather(RecordContext::STATE);
+    // [docs:allocator-graph-route]
+    // A capturing stream allocates from its capture's pool (if routed).
+    unsigned long long capture_id = 0;
+    if (C10_UNLIKELY(st.routed.load(std::memory_order_acquire) != 0)) {
+      orStreamCaptureStatus status = orStreamCaptureStatusNone;
+      OPENREG_CHECK(orStreamGetCaptureInfo(nativeStream(current), &status, &capture_id));
+    }
     std::unique_lock<std::mutex> lk(st.mu);
+    PrivatePool* private_pool = nullptr;
+    if (C10_UNLIKELY(capture_id != 0)) {
+      for (auto& [id, pp] : st.routes)
+        if (id == capture_id) private_pool = pp;
+    }
+    // [docs:allocator-graph-route:end]
     process_events(st);
     size_t size = round_size(requested);
     bool small = size <= kSmallSize;
-    Pool& pool = small ? st.small_pool : st.large_pool;
+    Pool& pool = private_pool ? private_pool->of(small) : small ? st.small_pool : st.large_pool;
 
-    Block* block = small ? st.take_cached(stream, size) : nullptr;
+    Block* block = small && !private_pool ? st.take_cached(stream, size) : nullptr;
     if (block) {
       update(st.stats.inactive_split, -1, small);  // cached blocks are split ones
       update(st.stats.inactive_split_bytes, -int64_t(block->size), small);
     } else {
       block = find_free(pool, stream, size);
       if (!block) {
-        block = new_segment(st, device, stream, size, small, requested, ctx);
+        block = new_segment(st, device, stream, size, small, requested, ctx, private_pool);
       }
       // Take it out of the pool, splitting off a worthwhile remainder.
       pool.erase(block);
@@ -248,6 +294,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
     if ((small && remaining >= kMinBlockSize) || (!small && remaining > kSmallSize)) {
       auto* rest = st.new_block();
       rest->device = device;
+      rest->pool = block->pool;
       rest->stream = stream;
       rest->small = small;
       rest->ptr = block->ptr + size;
@@ -323,7 +370,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
       return;
     }
     free_completed(st, block, std::move(ctx));
-    if (block->is_split() && st.cache_block(block)) {
+    if (!block->pool && block->is_split() && st.cache_block(block)) {
       update(st.stats.active, -1, small);
       update(st.stats.active_bytes, -int64_t(block->size), small);
       update(st.stats.inactive_split, 1, small);
@@ -450,7 +497,8 @@ class CachingAllocator final : public c10::DeviceAllocator {
   Block* new_segment(DeviceState& st, c10::DeviceIndex device,
                      c10::StreamId stream, size_t size, bool small,
                      size_t requested,
-                     const std::shared_ptr<c10::GatheredContext>& ctx) {
+                     const std::shared_ptr<c10::GatheredContext>& ctx,
+                     PrivatePool* private_pool) {
     size_t seg = segment_size(size);
     void* ptr = try_segment_malloc(st, device, seg);
     if (!ptr) {
@@ -504,11 +552,13 @@ class CachingAllocator final : public c10::DeviceAllocator {
     }
     auto* b = new Block();
     b->device = device;
+    b->pool = private_pool;
     b->stream = stream;
     b->size = seg;
     b->small = small;
     b->ptr = static_cast<char*>(ptr);
-    (small ? st.small_pool : st.large_pool).insert(b);
+    st.pool_of(b).insert(b);
+    if (private_pool) private_pool->segments++;
     update(st.stats.segment, 1, small);
     update(st.stats.reserved_bytes, int64_t(seg), small);
     st.stats.num_device_alloc++;
@@ -564,6 +614,62 @@ class CachingAllocator final : public c10::DeviceAllocator {
   }
 
  public:
+  // ---------------------------------------------------------------- graph pools
+  // [docs:allocator-graph-pools]
+  // Captures on `device` whose id is `capture_id` allocate from pool `id`
+  // (created on first use; a graph that shares it adds a user).
+  void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id,
+                              unsigned long long capture_id) {
+    check_device_index(device);
+    DeviceState& st = state(device);
+    std::lock_guard<std::mutex> g(st.mu);
+    auto& pp = st.private_pools[id];
+    if (!pp) {
+      pp = std::make_unique<PrivatePool>();
+      pp->id = id;
+    }
+    pp->users++;
+    st.routes.emplace_back(capture_id, pp.get());
+    st.routed.fetch_add(1, std::memory_order_release);
+  }
+
+  // The capture is over: its allocations go back to the device's pools.
+  // The graph keeps its pool (releasePool gives it up).
+  void end_allocate_to_pool(c10::DeviceIndex device, unsigned long long capture_id) {
+    DeviceState& st = state(device);
+    std::lock_guard<std::mutex> g(st.mu);
+    for (auto it = st.routes.begin(); it != st.routes.end(); ++it) {
+      if (it->first != capture_id) continue;
+      st.routes.erase(it);
+      st.routed.fetch_sub(1, std::memory_order_release);
+      return;
+    }
+  }
+
+  // A graph gives its pool up (reset, destruction, failed capture). With no
+  // user left, the pool's free segments go back to the runtime at once and
+  // the others as their last blocks are freed.
+  void release_pool(c10::DeviceIndex device, c10::MempoolId_t id) {
+    DeviceState& st = state(device);
+    std::lock_guard<std::mutex> g(st.mu);
+    auto it = st.private_pools.find(id);
+    if (it == st.private_pools.end()) return;
+    PrivatePool* pp = it->second.get();
+    TORCH_INTERNAL_ASSERT(pp->users > 0, "openreg allocator: graph pool released too often");
+    if (--pp->users > 0) return;
+    std::vector<Block*> whole;
+    for (Pool* pool : {&pp->small, &pp->large})
+      for (Block* b : *pool)
+        if (!b->is_split()) whole.push_back(b);
+    if (whole.empty() && pp->segments == 0) {
+      st.private_pools.erase(it);
+      return;
+    }
+    for (Block* b : whole) release_private_segment(st, b);  // may erase the pool
+  }
+
+  // [docs:allocator-graph-pools:end]
+
   // ---------------------------------------------------------------- history
   void record_history(bool enabled, bool trace, ContextRecorder recorder,
                       RecordContext when, size_t max_entries, bool clear) {
@@ -601,6 +707,10 @@ class CachingAllocator final : public c10::DeviceAllocator {
       for (Block* b = st.live; b; b = b->live_next) add(b);
       for (Block* b : st.small_pool) add(b);
       for (Block* b : st.large_pool) add(b);
+      for (auto& [id, pp] : st.private_pools) {
+        for (Block* b : pp->small) add(b);
+        for (Block* b : pp->large) add(b);
+      }
       for (auto& e : st.events) add(e.second);
       for (Block* b : st.cached)
         for (; b; b = b->next_cached) add(b);
@@ -612,6 +722,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
         seg.address = reinterpret_cast<uintptr_t>(h->ptr);
         seg.stream = h->stream;
         seg.small = h->small;
+        if (h->pool) seg.pool_id = h->pool->id;
         for (Block* b = h; b; b = b->next) {
           BlockInfo bi;
           bi.address = reinterpret_cast<uintptr_t>(b->ptr);
@@ -694,7 +805,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
 
   void merge_into_pool(DeviceState& st, Block* block) {
     bool small = block->small;
-    Pool& pool = small ? st.small_pool : st.large_pool;
+    Pool& pool = st.pool_of(block);
     for (Block* nb : {block->prev, block->next}) {
       if (!nb || nb->allocated || nb->event_count > 0 || nb->cached) continue;
       // nb is free and in the pool (as an inactive split block).
@@ -717,6 +828,29 @@ class CachingAllocator final : public c10::DeviceAllocator {
       update(st.stats.inactive_split_bytes, int64_t(block->size), small);
     }
     pool.insert(block);
+    // A whole free segment of a pool no graph holds any more goes back.
+    if (C10_UNLIKELY(block->pool != nullptr) && block->pool->users == 0 && !block->is_split())
+      release_private_segment(st, block);
+  }
+
+  // Gives a whole free segment of a graph pool back to the runtime (and the
+  // pool itself once it has no segment left and no user).
+  void release_private_segment(DeviceState& st, Block* b) {
+    PrivatePool* pp = b->pool;
+    pp->of(b->small).erase(b);
+    free_segment(st, b);
+    if (--pp->segments == 0 && pp->users == 0) st.private_pools.erase(pp->id);
+  }
+
+  void free_segment(DeviceState& st, Block* b) {
+    if (C10_UNLIKELY(history_on())) {
+      record(st, TraceEntry::SEGMENT_FREE, b->ptr, b->size, b->stream, nullptr);
+    }
+    if (orFree(b->ptr) != orSuccess) orGetLastError();  // any device
+    update(st.stats.segment, -1, b->small);
+    update(st.stats.reserved_bytes, -int64_t(b->size), b->small);
+    st.stats.num_device_free++;
+    delete b;
   }
 
   void process_events(DeviceState& st) {
@@ -761,14 +895,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
           continue;
         }
         it = pool->erase(it);
-        if (C10_UNLIKELY(history_on())) {
-          record(st, TraceEntry::SEGMENT_FREE, b->ptr, b->size, b->stream, nullptr);
-        }
-        if (orFree(b->ptr) != orSuccess) orGetLastError();  // any device
-        update(st.stats.segment, -1, b->small);
-        update(st.stats.reserved_bytes, -int64_t(b->size), b->small);
-        st.stats.num_device_free++;
-        delete b;
+        free_segment(st, b);
       }
     }
   }
@@ -812,6 +939,17 @@ void recordMemoryHistory(bool enabled, bool record_trace, ContextRecorder record
 }
 
 MemorySnapshot memorySnapshot() { return allocator().snapshot(); }
+
+void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id,
+                         unsigned long long capture_id) {
+  allocator().begin_allocate_to_pool(device, id, capture_id);
+}
+void endAllocateToPool(c10::DeviceIndex device, unsigned long long capture_id) {
+  allocator().end_allocate_to_pool(device, capture_id);
+}
+void releasePool(c10::DeviceIndex device, c10::MempoolId_t id) {
+  allocator().release_pool(device, id);
+}
 
 void setMemoryFraction(double fraction, c10::DeviceIndex device) {
   allocator().set_memory_fraction(fraction, device);

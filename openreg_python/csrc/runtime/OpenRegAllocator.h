@@ -66,6 +66,7 @@ struct SegmentInfo {
   size_t total_size = 0;
   c10::StreamId stream = 0;
   bool small = false;
+  c10::MempoolId_t pool_id{0, 0};  // a graph pool's id, or (0, 0)
   std::vector<BlockInfo> blocks;  // in address order
 };
 
@@ -80,6 +81,15 @@ struct MemorySnapshot {
 void recordMemoryHistory(bool enabled, bool record_trace, ContextRecorder recorder,
                          RecordContext when, size_t max_entries, bool clear_history);
 MemorySnapshot memorySnapshot();
+
+// ------------------------------------------------- graph memory pools
+// CUDA's beginAllocateToPool / endAllocateToPool / releasePool: while capture
+// `capture_id` runs on `device`, allocations on its streams come from pool
+// `id`; a graph holds its pool until releasePool.
+void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t id,
+                         unsigned long long capture_id);
+void endAllocateToPool(c10::DeviceIndex device, unsigned long long capture_id);
+void releasePool(c10::DeviceIndex device, c10::MempoolId_t id);
 
 // set_per_process_memory_fraction: reserved memory on `device` may not
 // exceed fraction * capacity; beyond it allocations raise OutOfMemoryError.

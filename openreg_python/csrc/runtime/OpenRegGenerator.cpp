@@ -127,6 +127,16 @@ c10::intrusive_ptr<c10::GeneratorImpl> OpenRegGeneratorImpl::graphsafe_get_state
 PhiloxState OpenRegGeneratorImpl::philox_state(uint64_t increment) {
   increment = (increment + 3) / 4 * 4;  // CUDA's round-up to a Philox block
   PhiloxState s;
+  if (PinnedPhilox* p = pinnedPhilox(); C10_UNLIKELY(p != nullptr) && p->owner == state_.get()) {
+    // A graph replay: the node's reservation, not the generator.
+    TORCH_CHECK(p->used + increment <= p->reserved, "openreg graph replay: '", p->op,
+                "' drew ", p->used + increment, " random offsets, more than the ",
+                p->reserved, " its capture reserved");
+    s = p->state;
+    s.offset_intragraph += p->used;
+    p->used += increment;
+    return s;
+  }
   if (state_->capturing) {
     s.captured = state_->slots;
     s.offset_intragraph = state_->offset_intragraph;
@@ -161,6 +171,18 @@ void OpenRegGeneratorImpl::replay_prologue(uint64_t wholegraph_increment) {
   // base offset. Then the generator moves past everything the graph draws.
   *state_->slots = {state_->seed, state_->offset};
   state_->increase(wholegraph_increment);
+}
+
+std::pair<uint64_t, uint64_t> OpenRegGeneratorImpl::replay_values(uint64_t wholegraph_increment) {
+  check_not_capturing("replay_values");
+  std::pair<uint64_t, uint64_t> v{state_->seed, state_->offset};
+  state_->increase(wholegraph_increment);
+  return v;
+}
+
+PinnedPhilox*& pinnedPhilox() {
+  thread_local PinnedPhilox* p = nullptr;
+  return p;
 }
 
 OpenRegGeneratorImpl* OpenRegGeneratorImpl::clone_impl() const {

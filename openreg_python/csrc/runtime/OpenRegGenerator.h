@@ -63,6 +63,21 @@ struct OpenRegGeneratorState : public c10::intrusive_ptr_target {
   c10::intrusive_ptr<OpenRegGeneratorState> clone() const;
 };
 
+// A graph node's share of the generator (see the graph glue, Graph.cpp): at
+// capture the node reserves `reserved` offset units of the capture and gets
+// `state` (the capture's slots + its offset in the graph); while its replay
+// runs the node's operator, philox_state() of that generator on this thread
+// hands out parts of the reservation instead of advancing the generator.
+struct PinnedPhilox {
+  const OpenRegGeneratorState* owner = nullptr;
+  PhiloxState state;
+  uint64_t reserved = 0;
+  uint64_t used = 0;
+  const char* op = "";
+};
+// This thread's pinned share, or null.
+PinnedPhilox*& pinnedPhilox();
+
 struct OpenRegGeneratorImpl : public c10::GeneratorImpl {
   explicit OpenRegGeneratorImpl(c10::DeviceIndex device_index);
   OpenRegGeneratorImpl(c10::DeviceIndex device_index,
@@ -89,6 +104,14 @@ struct OpenRegGeneratorImpl : public c10::GeneratorImpl {
   void capture_prologue();
   uint64_t capture_epilogue();  // the whole graph's offset increment
   void replay_prologue(uint64_t wholegraph_increment);
+  // replay_prologue for a replay that runs later, in stream order: returns
+  // this replay's (seed, base offset) instead of writing the slots (the
+  // caller writes them on the replay's stream, as CUDA's replay fills its
+  // seed/offset tensors with kernels) and advances the generator.
+  std::pair<uint64_t, uint64_t> replay_values(uint64_t wholegraph_increment);
+  // The capture's slots (null before any capture) and the state's identity.
+  std::shared_ptr<std::pair<uint64_t, uint64_t>> capture_slots() const { return state_->slots; }
+  const OpenRegGeneratorState* state_id() const { return state_.get(); }
   bool capturing() const { return state_->capturing; }
 
   static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }

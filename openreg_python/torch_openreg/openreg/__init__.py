@@ -220,6 +220,13 @@ from . import serialization  # noqa: E402,F401  (torch.load placement, see there
 from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream  # noqa: E402
 from .sanitizer import StreamRaceError, is_stream_sanitizer_enabled, set_stream_sanitizer  # noqa: E402
 from . import memory  # noqa: E402,F401
+from .graphs import (  # noqa: E402
+    OpenRegGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 from .memory import (  # noqa: E402
     empty_cache,
     get_per_process_memory_fraction,
@@ -281,4 +288,6 @@ __all__ = [
     "host_memory_stats", "host_memory_stats_as_nested_dict", "memory_snapshot",
     "memory_stats_as_nested_dict", "memory_summary", "reset_accumulated_host_memory_stats",
     "reset_peak_host_memory_stats", "set_per_process_memory_fraction",
+    "OpenRegGraph", "graph", "graph_pool_handle", "is_current_stream_capturing",
+    "make_graphed_callables",
 ]
