@@ -367,9 +367,38 @@ void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
       if (t.is_quantized()) quantized = true;
       if (!is_openreg(t) ? t.dim() > 0 : t.device().index() != *device) other_device = true;
     });
+    const c10::IValue& v = (*stack)[i];
+    if (v.isDevice() && v.toDevice() != c10::Device(c10::DeviceType::PrivateUse1, *device))
+      other_device = true;  // _to_copy(device="cpu"), ...
   }
-  if (other_device && schema.name().find("copy") != std::string::npos)
+  if (other_device && schema.name().find("copy") != std::string::npos) {
+    // As CUDA: only an asynchronous copy between the device and pinned host
+    // memory can be captured (a memcpy node); a blocking or pageable one
+    // waits for the device, and a copy between two devices is not captured.
+    const bool copy = schema.name() == "aten::copy_" || schema.name() == "aten::_copy_from" ||
+                      schema.name() == "aten::_copy_from_and_resize";
+    if (copy) {
+      bool non_blocking = false, pinned_host = true, two_devices = false;
+      for (size_t i = 0; i < n; ++i) {
+        const c10::IValue& v = (*stack)[begin + i];
+        if (schema.arguments()[i].name() == "non_blocking" && v.isBool()) non_blocking = v.toBool();
+        if (!v.isTensor() || !v.toTensor().defined()) continue;
+        const at::Tensor& t = v.toTensor();
+        if (!is_openreg(t)) pinned_host = pinned_host && t.is_pinned();
+        else if (t.device().index() != *device) two_devices = true;
+      }
+      if (two_devices)
+        fail_capture(stream, c10::str("openreg: ", what, " between two openreg devices cannot "
+                                      "be captured in a graph; the capture is invalidated"));
+      if (!non_blocking || !pinned_host)
+        fail_capture(stream, c10::str("openreg: ", what, " between the host and the device "
+                                      "during a graph capture must be non_blocking and use "
+                                      "pinned host memory: a blocking or pageable copy waits "
+                                      "for the device, which is not permitted while the "
+                                      "stream is capturing; the capture is invalidated"));
+    }
     return op.redispatchBoxed(below, stack);
+  }
   if (quantized)
     fail_capture(stream, c10::str("openreg: ", what, " has quantized arguments, which a graph "
                                   "capture does not record; the capture is invalidated"));
@@ -395,9 +424,12 @@ void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const std::exception& e) {
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     fail_capture(stream, c10::str("openreg: ", what, " cannot be captured in a graph: the "
                                   "capture needs its results' shapes before it runs, and its "
-                                  "meta kernel failed (", e.what(), "); the capture is invalidated"));
+                                  "meta kernel failed (",
+                                  c10_error ? c10_error->what_without_backtrace() : e.what(),
+                                  "); the capture is invalidated"));
   }
 
   // 2. The results: written arguments are returned as they are; the others

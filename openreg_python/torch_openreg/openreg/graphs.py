@@ -89,7 +89,17 @@ class graph:
 
     def __exit__(self, *exc_info: Any) -> None:
         try:
-            self.openreg_graph.capture_end()
+            if exc_info[0] is None:
+                self.openreg_graph.capture_end()
+            else:
+                # The body failed (often an operation that invalidated the
+                # capture): end the capture and let the body's error be the
+                # one raised, not capture_end's "invalidated" that follows it.
+                try:
+                    self.openreg_graph.capture_end()
+                except RuntimeError:
+                    pass
+                self.openreg_graph.reset()
         finally:
             self.stream_ctx.__exit__(*exc_info)
 
@@ -211,6 +221,10 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters: int = 3,
             else:
                 grad_ins.append(None)
         static_grad_outputs[i], static_grad_inputs[i] = grad_outs, tuple(grad_ins)
+        # The captured forward's autograd graph is no longer needed: keeping
+        # it would keep the parameters' AccumulateGrad nodes of the capture
+        # stream alive (and warn at every later backward on another stream).
+        static_outputs[i] = tuple(o.detach() for o in static_outputs[i])
 
     result = []
     for i, func in enumerate(callables):

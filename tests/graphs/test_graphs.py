@@ -1,0 +1,538 @@
+"""Graph capture and replay through torch.accelerator.Graph and torch.openreg's
+graph API, with the CPU as the oracle (docs/graphs.md)."""
+
+import gc
+import threading
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+DEV = "openreg"
+
+
+def fresh():
+    gc.collect()
+    torch.openreg.synchronize()
+    torch.openreg.empty_cache()
+
+
+def capture(fn, **graph_kwargs):
+    """Capture fn() into a new graph on a side stream; (graph, fn's result)."""
+    g = torch.openreg.OpenRegGraph()
+    with torch.openreg.graph(g, **graph_kwargs):
+        out = fn()
+    return g, out
+
+
+def assert_invalidated(g):
+    """The capture failed and left nothing: no graph to replay."""
+    with pytest.raises(RuntimeError, match="not captured"):
+        g.replay()
+
+
+@pytest.mark.graphs
+@pytest.mark.smoke
+class TestCaptureReplay:
+    def test_accelerator_graph_as_in_its_docstring(self):
+        x = torch.zeros(2000, device=DEV)
+        s = torch.Stream(device=DEV)
+        g = torch.accelerator.Graph()
+        with s, g:
+            x += 1
+        assert torch.equal(x.cpu(), torch.zeros(2000))  # captured, not run
+        g.replay()
+        g.replay()
+        assert torch.equal(x.cpu(), torch.full((2000,), 2.0))
+
+    def test_pointwise_matmul_reduction_inplace_equal_eager(self):
+        torch.manual_seed(0)
+        a_cpu, b_cpu, c_cpu = torch.randn(6, 5), torch.randn(5, 4), torch.randn(6, 4)
+        a, b, c = a_cpu.to(DEV), b_cpu.to(DEV), c_cpu.to(DEV)
+
+        def work(a, b, c):
+            m = a @ b
+            p = (m * 2 + c).tanh()
+            c.add_(p).mul_(0.5)
+            return p.sum(dim=0), p.amax(), torch.softmax(m, dim=1), c
+
+        g, outs = capture(lambda: work(a, b, c))
+        for _ in range(3):
+            a_new = torch.randn(6, 5)
+            a.copy_(a_new)
+            a_cpu.copy_(a_new)
+            g.replay()
+            expected = work(a_cpu, b_cpu, c_cpu)
+            for got, want in zip(outs, expected):
+                torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+    @settings(max_examples=15, deadline=None)
+    @given(n=st.integers(1, 40), m=st.integers(1, 7), k=st.floats(-3, 3, allow_nan=False))
+    def test_pointwise_chains(self, n, m, k):
+        x_cpu = torch.randn(n, m)
+        x = x_cpu.to(DEV)
+        g, y = capture(lambda: ((x + k) * x).relu().sqrt() - x.mean(0))
+        g.replay()
+        torch.testing.assert_close(y.cpu(), ((x_cpu + k) * x_cpu).relu().sqrt() - x_cpu.mean(0),
+                                   equal_nan=True)
+
+    def test_keep_graph_instantiate_and_debug_dump(self, tmp_path):
+        x = torch.ones(4, device=DEV)
+        g = torch.openreg.OpenRegGraph(keep_graph=True)
+        g.enable_debug_mode()
+        with torch.openreg.graph(g):
+            x.mul_(3)
+        g.instantiate()
+        g.replay()
+        assert torch.equal(x.cpu(), torch.full((4,), 3.0))
+        path = tmp_path / "g.dot"
+        g.debug_dump(str(path))
+        text = path.read_text()
+        assert text.startswith("digraph") and "aten::mul" in text
+
+    def test_replay_on_the_default_stream_orders_with_eager_work(self):
+        x = torch.zeros(64, device=DEV)
+        g, _ = capture(lambda: x.add_(1))
+        x.fill_(10)       # eager, on the default stream, before the replay
+        g.replay()        # on the current (default) stream
+        x.mul_(2)         # after it
+        assert torch.equal(x.cpu(), torch.full((64,), 22.0))
+
+    def test_replay_from_another_thread(self):
+        x = torch.zeros(8, device=DEV)
+        g, y = capture(lambda: (x.add_(1), x * 10)[1])
+        errors = []
+
+        def worker():
+            try:
+                for _ in range(5):
+                    g.replay()
+                torch.openreg.synchronize()
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(timeout=60)
+        assert not t.is_alive() and not errors
+        assert torch.equal(x.cpu(), torch.full((8,), 5.0))
+        assert torch.equal(y.cpu(), torch.full((8,), 50.0))
+
+    def test_fork_and_join_across_two_streams(self):
+        x = torch.ones(32, device=DEV)
+        side = torch.openreg.Stream()
+
+        def work():
+            main = torch.openreg.current_stream()
+            y = x * 2
+            side.wait_stream(main)           # fork: side joins the capture
+            with torch.openreg.stream(side):
+                z = y + 5                    # recorded on the side stream
+            main.wait_stream(side)           # join
+            return y, z, z * y
+
+        g, (y, z, w) = capture(work)
+        x.fill_(3)
+        g.replay()
+        assert torch.equal(w.cpu(), torch.full((32,), 66.0))
+
+    def test_a_forked_stream_must_join_back(self):
+        x = torch.ones(32, device=DEV)
+        side = torch.openreg.Stream()
+        g = torch.openreg.OpenRegGraph()
+        with pytest.raises(RuntimeError, match="did not join back"):
+            with torch.openreg.graph(g):
+                side.wait_stream(torch.openreg.current_stream())
+                with torch.openreg.stream(side):
+                    x.add_(1)
+        assert_invalidated(g)
+        torch.openreg.synchronize()
+        assert torch.equal(x.cpu(), torch.ones(32))
+
+
+@pytest.mark.graphs
+class TestIllegalDuringCapture:
+    """Each fails with an error naming capture, invalidates the capture and
+    leaves no graph; the device works afterwards."""
+
+    @pytest.mark.parametrize("call,match", [
+        (lambda x: torch.openreg.synchronize(), "orDeviceSynchronize.*not permitted while stream"),
+        (lambda x: torch.openreg.current_stream().synchronize(), "is capturing"),
+        (lambda x: torch.openreg.current_stream().query(), "is capturing"),
+        (lambda x: x.cpu(), "must be non_blocking and use pinned host memory"),
+        (lambda x: x.copy_(torch.ones(16)), "must be non_blocking and use pinned host memory"),
+        (lambda x: x.sum().item(), "needs a value on the host"),
+        (lambda x: torch.nonzero(x), "needs a value on the host"),
+        (lambda x: bool(x.sum() > 0), "needs a value on the host"),
+    ], ids=["device-sync", "stream-sync", "stream-query", "blocking-copy-to-host",
+            "pageable-copy-from-host", "item",
+            "nonzero", "bool"])
+    def test_fails_and_invalidates(self, call, match):
+        fresh()
+        x = torch.ones(16, device=DEV)
+        g = torch.openreg.OpenRegGraph()
+        with pytest.raises(RuntimeError, match=match) as info:
+            with torch.openreg.graph(g):
+                x.add_(1)
+                call(x)
+        assert "invalidated" in str(info.value)
+        assert_invalidated(g)
+        torch.openreg.synchronize()
+        assert torch.equal(x.cpu(), torch.ones(16))  # nothing half-recorded ran
+        assert not torch.openreg.is_current_stream_capturing()
+
+    def test_async_copies_with_pinned_memory_are_captured(self):
+        host_in = torch.arange(16, dtype=torch.float32).pin_memory()
+        host_out = torch.zeros(16).pin_memory()
+        x = torch.zeros(16, device=DEV)
+
+        def work():
+            x.copy_(host_in, non_blocking=True)
+            host_out.copy_(x * 2, non_blocking=True)
+        g, _ = capture(work)
+        host_in.add_(1)
+        g.replay()
+        torch.openreg.synchronize()
+        assert torch.equal(host_out, (torch.arange(16) + 1) * 2.0)
+
+    def test_global_mode_refuses_sync_from_another_thread(self):
+        x = torch.ones(4, device=DEV)
+        g = torch.openreg.OpenRegGraph()
+        seen = []
+
+        def other():
+            try:
+                torch.openreg.synchronize()
+            except RuntimeError as e:
+                seen.append(str(e))
+
+        with pytest.raises(RuntimeError, match="invalidated: orDeviceSynchronize was called "
+                                               "from another thread"):
+            with torch.openreg.graph(g, capture_error_mode="global"):
+                x.add_(1)
+                t = threading.Thread(target=other)
+                t.start()
+                t.join(timeout=60)
+        assert seen and "begun by another thread" in seen[0]
+        assert_invalidated(g)
+
+    def test_relaxed_mode_allows_sync_from_another_thread(self):
+        x = torch.ones(4, device=DEV)
+        g = torch.openreg.OpenRegGraph()
+        errors = []
+
+        def other():
+            try:
+                torch.openreg.synchronize()
+            except RuntimeError as e:
+                errors.append(e)
+
+        with torch.openreg.graph(g, capture_error_mode="relaxed"):
+            x.add_(1)
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(timeout=60)
+        assert not errors
+        g.replay()
+        assert torch.equal(x.cpu(), torch.full((4,), 2.0))
+
+    def test_default_stream_cannot_be_captured(self):
+        g = torch.accelerator.Graph()
+        with pytest.raises(RuntimeError, match="non-default stream"):
+            g.capture_begin()
+
+    def test_replay_before_capture_and_capture_twice(self):
+        g = torch.openreg.OpenRegGraph()
+        with pytest.raises(RuntimeError, match="not captured"):
+            g.replay()
+        x = torch.zeros(4, device=DEV)
+        with torch.openreg.graph(g):
+            x.add_(1)
+        with pytest.raises(RuntimeError, match="already been captured"):
+            with torch.openreg.graph(g):
+                x.add_(1)
+        g.reset()
+        with torch.openreg.graph(g):
+            x.add_(2)
+        g.replay()
+        assert torch.equal(x.cpu(), torch.full((4,), 2.0))
+
+    def test_debug_dump_needs_debug_mode(self, tmp_path):
+        g, _ = capture(lambda: torch.ones(2, device=DEV) * 2)
+        with pytest.raises(RuntimeError, match="enable_debug_mode"):
+            g.debug_dump(str(tmp_path / "g.dot"))
+
+    def test_unknown_capture_error_mode(self):
+        with pytest.raises(ValueError, match="capture_error_mode"):
+            torch.openreg.graph(torch.openreg.OpenRegGraph(), capture_error_mode="sometimes")
+
+    def test_sanitizer_and_graphs_fail_clearly(self):
+        torch.openreg.set_stream_sanitizer(True)
+        try:
+            g = torch.openreg.OpenRegGraph()
+            with pytest.raises(NotImplementedError, match="stream sanitizer"):
+                with torch.openreg.graph(g):
+                    pass
+        finally:
+            torch.openreg.set_stream_sanitizer(False)
+
+
+@pytest.mark.graphs
+class TestMemoryPools:
+    def test_capture_allocates_from_the_graph_pool(self):
+        fresh()
+        x = torch.ones(1024, device=DEV)
+        g, y = capture(lambda: x * 2)
+        pool = g.pool()
+        segments = torch.openreg.memory_snapshot()
+        pools = {tuple(s["segment_pool_id"]) for s in segments}
+        assert pool in pools and (0, 0) in pools
+        owned = [s for s in segments if tuple(s["segment_pool_id"]) == pool]
+        addr = y.data_ptr()
+        assert any(s["address"] <= addr < s["address"] + s["total_size"] for s in owned)
+
+    def test_freed_during_capture_stays_reserved_and_reset_gives_it_back(self):
+        fresh()
+        reserved0 = torch.openreg.memory_reserved()
+        allocated0 = torch.openreg.memory_allocated()
+        x = torch.ones(4096, device=DEV)
+
+        def work():
+            tmp = x * 3          # freed before the capture ends ...
+            return tmp + 1       # ... but replay writes it again
+        g, y = capture(work)
+        fresh()
+        assert torch.openreg.memory_reserved() > reserved0  # the pool keeps its segment
+        g.replay()
+        assert torch.equal(y.cpu(), torch.full((4096,), 4.0))
+        del y
+        g.reset()
+        del x
+        fresh()
+        assert torch.openreg.memory_allocated() == allocated0
+        assert torch.openreg.memory_reserved() == reserved0
+
+    def test_two_graphs_share_a_pool(self):
+        fresh()
+        x = torch.ones(256, device=DEV)
+        g1, y1 = capture(lambda: x + 1)
+        g2, y2 = capture(lambda: y1 * 10, pool=g1.pool())
+        assert g2.pool() == g1.pool()
+        handle = torch.openreg.graph_pool_handle()
+        g3, y3 = capture(lambda: y2 - 1, pool=handle)
+        g4, y4 = capture(lambda: y3 * 2, pool=handle)
+        assert g3.pool() == g4.pool() == handle != g1.pool()
+        for g in (g1, g2, g3, g4):
+            g.replay()
+        assert torch.equal(y4.cpu(), torch.full((256,), 38.0))
+        pools = {tuple(s["segment_pool_id"]) for s in torch.openreg.memory_snapshot()}
+        assert {g1.pool(), handle} <= pools
+        del y1, y2, y3, y4
+        for g in (g1, g2, g3, g4):
+            g.reset()
+        fresh()
+        pools = {tuple(s["segment_pool_id"]) for s in torch.openreg.memory_snapshot()}
+        assert not pools & {g1.pool(), handle}
+
+    def test_graph_destruction_gives_the_pool_back(self):
+        fresh()
+        reserved0 = torch.openreg.memory_reserved()
+        x = torch.ones(100_000, device=DEV)
+        g, y = capture(lambda: x.exp())
+        del g, y, x
+        fresh()
+        assert torch.openreg.memory_reserved() == reserved0
+
+    def test_a_thousand_replays_keep_memory_flat(self):
+        fresh()
+        x = torch.randn(64, 64, device=DEV)
+        w = torch.randn(64, 64, device=DEV)
+        g, y = capture(lambda: torch.relu(x @ w).softmax(dim=1).sum(0))
+        g.replay()
+        torch.openreg.synchronize()
+        allocated, reserved = torch.openreg.memory_allocated(), torch.openreg.memory_reserved()
+        for _ in range(1000):
+            g.replay()
+        torch.openreg.synchronize()
+        assert torch.openreg.memory_allocated() == allocated
+        assert torch.openreg.memory_reserved() == reserved
+        torch.testing.assert_close(y.cpu(), torch.relu(x.cpu() @ w.cpu()).softmax(dim=1).sum(0))
+
+
+@pytest.mark.graphs
+class TestRandomness:
+    def test_each_replay_draws_new_numbers_reproducibly(self):
+        def run():
+            g, (u, n, d) = capture(lambda: (torch.rand(64, device=DEV),
+                                            torch.randn(64, device=DEV),
+                                            torch.nn.functional.dropout(
+                                                torch.ones(64, device=DEV), 0.5)))
+            torch.openreg.manual_seed(1234)
+            draws = []
+            for _ in range(3):
+                g.replay()
+                draws.append(torch.cat([u, n, d]).cpu())
+            return draws
+
+        first, second = run(), run()
+        assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])
+        for a, b in zip(first, second):
+            assert torch.equal(a, b)
+
+    def test_replays_continue_the_generator_stream(self):
+        # A replay after seeding draws what eager code drawing the same
+        # amount at that point of the stream would (the generator moves on).
+        g, u = capture(lambda: torch.rand(8, device=DEV))
+        torch.openreg.manual_seed(7)
+        g.replay()
+        after_graph = torch.rand(8, device=DEV).cpu()
+        torch.openreg.manual_seed(7)
+        g.replay()
+        assert torch.equal(torch.rand(8, device=DEV).cpu(), after_graph)
+        assert not torch.equal(u.cpu(), after_graph)
+
+    def test_seeding_while_capturing_is_refused(self):
+        g = torch.openreg.OpenRegGraph()
+        with pytest.raises(RuntimeError, match="while a graph is capturing"):
+            with torch.openreg.graph(g):
+                torch.openreg.manual_seed(3)
+        torch.openreg.synchronize()
+
+    def test_another_generator_is_refused(self):
+        gen = torch.Generator(device=DEV)
+        g = torch.openreg.OpenRegGraph()
+        with pytest.raises(RuntimeError, match="does not capture"):
+            with torch.openreg.graph(g):
+                torch.rand(4, device=DEV, generator=gen)
+
+
+def _mlp(device):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.ReLU(),
+                               torch.nn.Linear(24, 3)).to(device)
+
+
+@pytest.mark.graphs
+class TestTraining:
+    def test_the_recipe_of_the_cuda_graphs_docs(self):
+        """Whole-network capture from PyTorch's CUDA graphs notes, device swapped."""
+        torch.manual_seed(1)
+        data = [(torch.randn(16, 12), torch.randn(16, 3)) for _ in range(5)]
+        # The CPU oracle: eager steps from the same weights.
+        ref = _mlp("cpu")
+        opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for x, y in data:
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(ref(x), y).backward()
+            opt.step()
+
+        model = _mlp(DEV)
+        loss_fn = torch.nn.MSELoss()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        static_input = torch.randn(16, 12, device=DEV)
+        static_target = torch.randn(16, 3, device=DEV)
+        initial = [p.detach().clone() for p in model.parameters()]
+
+        s = torch.openreg.Stream()
+        s.wait_stream(torch.openreg.current_stream())
+        with torch.openreg.stream(s):
+            for _ in range(3):
+                optimizer.zero_grad(set_to_none=True)
+                y_pred = model(static_input)
+                loss = loss_fn(y_pred, static_target)
+                loss.backward()
+                optimizer.step()
+        torch.openreg.current_stream().wait_stream(s)
+        del y_pred, loss
+        with torch.no_grad():
+            for p, p0 in zip(model.parameters(), initial):
+                p.copy_(p0)
+
+        g = torch.openreg.OpenRegGraph()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.openreg.graph(g):
+            static_y_pred = model(static_input)
+            static_loss = loss_fn(static_y_pred, static_target)
+            static_loss.backward()
+            optimizer.step()
+
+        for x, y in data:
+            static_input.copy_(x)
+            static_target.copy_(y)
+            g.replay()
+        for got, want in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+
+    def test_make_graphed_callables_trains_like_eager(self):
+        torch.manual_seed(2)
+        data = [(torch.randn(8, 12), torch.randn(8, 3)) for _ in range(4)]
+        ref = _mlp("cpu")
+        opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        for x, y in data:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(ref(x), y).backward()
+            opt.step()
+
+        model = _mlp(DEV)
+        graphed = torch.openreg.make_graphed_callables(model, (torch.randn(8, 12, device=DEV),))
+        assert graphed is model
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for x, y in data:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(graphed(x.to(DEV)), y.to(DEV)).backward()
+            opt.step()
+        for got, want in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+        # Outside the training mode it was graphed in, the module runs eagerly.
+        model.eval()
+        x = torch.randn(8, 12)
+        torch.testing.assert_close(model(x.to(DEV)).detach().cpu(), ref.eval()(x).detach(),
+                                   rtol=1e-5, atol=1e-6)
+
+    def test_make_graphed_callables_for_functions_and_errors(self):
+        w = torch.randn(5, 5, device=DEV, requires_grad=True)
+
+        def f(x):
+            return (x @ w).sin()
+
+        gf = torch.openreg.make_graphed_callables(f, (torch.randn(3, 5, device=DEV,
+                                                                  requires_grad=True),))
+        x = torch.randn(3, 5, requires_grad=True)
+        xd = x.detach().to(DEV).requires_grad_()
+        out = gf(xd)
+        out.sum().backward()
+        ref = (x @ w.detach().cpu()).sin()
+        ref.sum().backward()
+        torch.testing.assert_close(out.detach().cpu(), ref.detach())
+        torch.testing.assert_close(xd.grad.cpu(), x.grad)
+        with pytest.raises(TypeError, match="only contain tensors"):
+            torch.openreg.make_graphed_callables(f, (3,))
+        m = torch.nn.Linear(2, 2).to(DEV)
+        m.register_forward_hook(lambda *a: None)
+        with pytest.raises(RuntimeError, match="hooks"):
+            torch.openreg.make_graphed_callables(m, (torch.randn(1, 2, device=DEV),))
+
+
+@pytest.mark.graphs
+class TestTools:
+    def test_profiler_shows_the_replay_and_its_kernels(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        x = torch.zeros(16, device=DEV)
+        g, _ = capture(lambda: x.add_(1) * 3)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            g.replay()
+            torch.openreg.synchronize()
+        device_events = [e for e in prof.events()
+                         if e.device_type == torch.autograd.DeviceType.PrivateUse1]
+        names = {e.name for e in device_events}
+        assert "orGraphLaunch" in names
+        assert {"aten::add_", "aten::mul"} <= names
+
+    def test_current_stream_capturing(self):
+        assert not torch.openreg.is_current_stream_capturing()
+        seen = []
+        g = torch.openreg.OpenRegGraph()
+        with torch.openreg.graph(g):
+            seen.append(torch.openreg.is_current_stream_capturing())
+        assert seen == [True] and not torch.openreg.is_current_stream_capturing()
