@@ -305,6 +305,24 @@ def backend_meta():
 check("backend_meta", backend_meta)
 ''')
 
+# torch.compile(mode="reduce-overhead") with openreg as it is (graphs work,
+# docs/graphs.md): Inductor's graph trees are CUDA's alone.
+child("reduce_overhead", r'''
+import torch
+from torch._dynamo.utils import counters
+
+def reduce_overhead():
+    f = torch.compile(lambda a: (a * 2).sin() + 1, mode="reduce-overhead")
+    a = torch.randn(8, device="openreg")
+    for _ in range(3):
+        out = f(a)
+    torch.testing.assert_close(out.cpu(), (a.cpu() * 2).sin() + 1)
+    skips = counters["inductor"]["cudagraph_skips"]
+    if skips:
+        raise Gap(f"reduce-overhead ran without graphs on openreg (cudagraph_skips={skips})")
+check("reduce_overhead", reduce_overhead)
+''')
+
 # Dynamo and Inductor (docs/compile.md's workarounds), without openreg's:
 # its import hook for torch._dynamo is taken off sys.meta_path before Dynamo
 # is imported, and torch.openreg answers Inductor's look-ups with plain
@@ -681,3 +699,7 @@ class TestCompileGaps:
     @gap("Inductor: cpp_utils.DEVICE_TO_ATEN maps in-tree device types only")
     def test_cpp_wrapper_device_to_aten(self, children):
         outcome(children, "compile", "cpp_device_to_aten")
+
+    @gap("Inductor: mode='reduce-overhead' (cudagraph trees) uses graphs on CUDA only")
+    def test_reduce_overhead_uses_the_device_graphs(self, children):
+        outcome(children, "reduce_overhead")

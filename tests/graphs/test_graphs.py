@@ -195,6 +195,18 @@ class TestIllegalDuringCapture:
         torch.openreg.synchronize()
         assert torch.equal(host_out, (torch.arange(16) + 1) * 2.0)
 
+    def test_compiled_kernels_are_refused(self):
+        f = torch.compile(lambda a: (a * 2).sin() + 1)
+        a = torch.randn(8, device=DEV)
+        f(a)
+        g = torch.openreg.OpenRegGraph()
+        with pytest.raises(RuntimeError, match="compiled kernel .* not permitted when stream "
+                                               "is capturing"):
+            with torch.openreg.graph(g):
+                f(a)
+        assert_invalidated(g)
+        torch.testing.assert_close(f(a).cpu(), (a.cpu() * 2).sin() + 1)
+
     def test_global_mode_refuses_sync_from_another_thread(self):
         x = torch.ones(4, device=DEV)
         g = torch.openreg.OpenRegGraph()

@@ -158,6 +158,12 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return true;
   }
 
+  bool isStreamCapturing(const c10::Stream& stream) const override {
+    orStreamCaptureStatus status = orStreamCaptureStatusNone;
+    OPENREG_CHECK(orStreamIsCapturing(nativeStream(stream), &status));
+    return status != orStreamCaptureStatusNone;
+  }
+
   void synchronizeStream(const c10::Stream& stream) const override {
     OPENREG_CHECK(orStreamSynchronize(nativeStream(stream)));
   }

@@ -70,7 +70,11 @@ struct OpenRegHostAllocatorImpl
     return getCurrentStream(current_device());
   }
 
-  bool stream_is_capturing(c10::Stream) const override { return false; }
+  bool stream_is_capturing(c10::Stream stream) const override {
+    orStreamCaptureStatus status = orStreamCaptureStatusNone;
+    OPENREG_CHECK(orStreamIsCapturing(nativeStream(stream), &status));
+    return status != orStreamCaptureStatusNone;
+  }
 };
 
 DECLARE_HOST_ALLOCATOR(OpenRegHostAllocator, OpenRegHostAllocatorImpl,

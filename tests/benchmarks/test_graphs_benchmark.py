@@ -1,0 +1,16 @@
+"""benchmarks/graphs.py keeps working (its figures are not asserted)."""
+
+import re
+
+import pytest
+
+from tests.benchmarks._helpers import run_benchmark
+
+
+@pytest.mark.benchmarks
+class TestGraphsBenchmarkRuns:
+    def test_quick_mode(self):
+        r = run_benchmark("graphs.py", "--quick", timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"replay/eager = \d+\.\d+x", r.stdout), r.stdout
+        assert re.search(r"replayed/launch = \d+\.\d+x", r.stdout), r.stdout
