@@ -372,7 +372,8 @@ OR_API orError_t orGraphDebugDotPrint(orGraph_t graph, const char* path);
  * if your runtime (or a tool such as compute-sanitizer) can use them. */
 OR_API orError_t orSanitizerSetEnabled(int enabled);
 OR_API orError_t orSanitizerGetEnabled(int* enabled);
-/* Declare that the next kernel launched from this host thread reads
+/* Declare that the next kernel (or graph: orGraphLaunch checks a replay as one
+ * kernel) launched from this host thread reads
  * (is_write == 0) or writes [ptr, ptr+bytes) of device or pinned memory;
  * called while a kernel body runs on this thread (an orLaunchSynchronous
  * launch), the access is that kernel's and is checked at once. `label`

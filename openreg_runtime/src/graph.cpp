@@ -476,7 +476,11 @@ orError_t orGraphLaunch(orGraphExec_t exec, orStream_t stream) {
   it.graph_stream = s->id;
   orError_t e;
   if (capture::recorded(s, it, "orGraphLaunch", &e)) return e;
-  if (san::on()) san::launch(s);
+  // The sanitizer checks a replay as one kernel: the accesses its launcher
+  // declared (the union of its nodes', see orSanitizerDeclareAccess).
+  if (san::on()) {
+    if (orError_t err = san::kernel_begin(s, "orGraphLaunch", /*in_kernel=*/false)) return err;
+  }
   submit(s, std::move(it), /*inline_ok=*/true);
   return orSuccess;
 }

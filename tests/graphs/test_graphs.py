@@ -278,17 +278,6 @@ class TestIllegalDuringCapture:
         with pytest.raises(ValueError, match="capture_error_mode"):
             torch.openreg.graph(torch.openreg.OpenRegGraph(), capture_error_mode="sometimes")
 
-    def test_sanitizer_and_graphs_fail_clearly(self):
-        torch.openreg.set_stream_sanitizer(True)
-        try:
-            g = torch.openreg.OpenRegGraph()
-            with pytest.raises(NotImplementedError, match="stream sanitizer"):
-                with torch.openreg.graph(g):
-                    pass
-        finally:
-            torch.openreg.set_stream_sanitizer(False)
-
-
 @pytest.mark.graphs
 class TestMemoryPools:
     def test_capture_allocates_from_the_graph_pool(self):
@@ -540,6 +529,31 @@ class TestTools:
         names = {e.name for e in device_events}
         assert "orGraphLaunch" in names
         assert {"aten::add_", "aten::mul"} <= names
+
+    def test_stream_sanitizer_checks_replays(self):
+        torch.openreg.set_stream_sanitizer(True)
+        try:
+            x = torch.ones(4096, device=DEV)
+            g, y = capture(lambda: x * 2)   # captured with the sanitizer on
+            torch.openreg.synchronize()
+            side = torch.openreg.Stream()
+            with torch.openreg.stream(side):
+                g.replay()                  # writes y on the side stream
+            # Read on the default stream without waiting for the side stream.
+            with pytest.raises(torch.openreg.StreamRaceError, match="float32\\[4096\\]"):
+                y + 1
+            torch.openreg.current_stream().wait_stream(side)
+            assert torch.equal((y + 1).cpu(), torch.full((4096,), 3.0))
+            # A replay that reads what another stream is still writing.
+            with torch.openreg.stream(side):
+                x.fill_(5)
+            with pytest.raises(torch.openreg.StreamRaceError, match="orGraphLaunch"):
+                g.replay()
+            torch.openreg.current_stream().wait_stream(side)
+            g.replay()
+            assert torch.equal(y.cpu(), torch.full((4096,), 10.0))
+        finally:
+            torch.openreg.set_stream_sanitizer(False)
 
     def test_current_stream_capturing(self):
         assert not torch.openreg.is_current_stream_capturing()

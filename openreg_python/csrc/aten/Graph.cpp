@@ -314,6 +314,42 @@ std::optional<c10::OperatorHandle> out_variant(const c10::OperatorHandle& op) {
 
 // ---------------------------------------------------------------- capture
 
+// The memory each capture's nodes touch, by capture id: a replay declares it
+// to the stream sanitizer as one launch's accesses (reads, and writes for
+// the arguments an operator writes and the results it fills).
+std::mutex g_accesses_mu;
+std::unordered_map<unsigned long long, std::vector<SanitizerAccess>> g_accesses;
+
+void record_accesses(unsigned long long capture_id, const Node& node, bool out_variant,
+                     const std::vector<at::Tensor>& fresh) {
+  std::vector<SanitizerAccess> mine;
+  auto add = [&](const at::Tensor& t, bool write) {
+    const void* p = nullptr;
+    size_t n = 0;
+    if (is_openreg(t) && tensor_footprint(t, &p, &n))
+      mine.push_back({p, n, write, sanitizer_label(t)});
+  };
+  const auto& args = node.op.schema().arguments();
+  for (size_t i = 0; i < node.args.size() && i < args.size(); ++i) {
+    const bool write = args[i].alias_info() && args[i].alias_info()->isWrite();
+    for_each_tensor(node.args[i], [&](const at::Tensor& t) { add(t, write); });
+  }
+  if (!out_variant)
+    for (const at::Tensor& t : fresh) add(t, true);
+  std::lock_guard<std::mutex> g(g_accesses_mu);
+  auto& all = g_accesses[capture_id];
+  all.insert(all.end(), mine.begin(), mine.end());
+}
+
+std::vector<SanitizerAccess> take_accesses(unsigned long long capture_id) {
+  std::lock_guard<std::mutex> g(g_accesses_mu);
+  auto it = g_accesses.find(capture_id);
+  if (it == g_accesses.end()) return {};
+  std::vector<SanitizerAccess> v = std::move(it->second);
+  g_accesses.erase(it);
+  return v;
+}
+
 }  // namespace
 
 // [docs:graph-capture-fallback]
@@ -329,7 +365,8 @@ void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   if (!device) return op.redispatchBoxed(below, stack);
   const orStream_t stream = currentNativeStream(*device);
   orStreamCaptureStatus status = orStreamCaptureStatusNone;
-  OPENREG_CHECK(orStreamGetCaptureInfo(stream, &status, nullptr));
+  unsigned long long capture_id = 0;
+  OPENREG_CHECK(orStreamGetCaptureInfo(stream, &status, &capture_id));
   if (status == orStreamCaptureStatusNone) return op.redispatchBoxed(below, stack);
   const std::string what = c10::str("'", schema.operator_name(), "'");
   TORCH_CHECK(status == orStreamCaptureStatusActive, "openreg: ", what,
@@ -538,6 +575,7 @@ void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
     node->rng->state = g->philox_state(node->rng->reserved);
     node->rng->op = schema.name().c_str();
   }
+  record_accesses(capture_id, *node, out.has_value(), fresh);
   Node* raw = node.release();
   orError_t err = orLaunchKernelOwned(stream, &run_node, raw, &delete_node,
                                       schema.name().c_str(), 0);
@@ -595,11 +633,6 @@ class OpenRegGraph final : public at::GraphImplInterface {
     TORCH_CHECK(!has_graph_ && !capturing_,
                 "This openreg graph has already been captured; call reset() before capturing "
                 "it again");
-    TORCH_CHECK_NOT_IMPLEMENTED(!sanitizer_on(),
-                "openreg graphs and the stream sanitizer do not combine: the sanitizer checks "
-                "each kernel launch, and a replay runs recorded kernels it never saw launched. "
-                "Turn the sanitizer off (torch.openreg.set_stream_sanitizer(False)) around graph capture "
-                "and replay");
     const c10::DeviceIndex device = current_device();
     const c10::Stream stream = getCurrentStream(device);
     TORCH_CHECK(stream != getDefaultStream(device),
@@ -680,6 +713,12 @@ class OpenRegGraph final : public at::GraphImplInterface {
       OPENREG_CHECK(orLaunchKernelOwned(s, &fill_slots, fill, &delete_fill,
                                         "openreg graph rng", 0));
     }
+    if (C10_UNLIKELY(sanitizer_on())) {
+      // The stream sanitizer checks the replay as one launch touching what
+      // its nodes touch.
+      for (const SanitizerAccess& a : accesses_)
+        OPENREG_CHECK(orSanitizerDeclareAccess(a.ptr, a.bytes, a.write, a.label.c_str()));
+    }
     OPENREG_CHECK(orGraphLaunch(exec_, s));
   }
 
@@ -693,6 +732,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
     destroy_exec();
     destroy_graph();
     has_graph_ = false;
+    accesses_.clear();
     release_pool();
   }
 
@@ -712,6 +752,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
   // routing and the generator. Returns the graph's random-offset increment.
   uint64_t stop_capturing() {
     capturing_ = false;
+    accesses_ = take_accesses(capture_id_);
     g_captures.fetch_sub(1);
     if (std::this_thread::get_id() == capture_thread_)
       c10::impl::tls_set_dispatch_key_included(kCaptureKey, key_was_included_);
@@ -747,6 +788,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
   OpenRegGeneratorImpl* gen_ = nullptr;
   std::shared_ptr<std::pair<uint64_t, uint64_t>> slots_;
   uint64_t rng_increment_ = 0;
+  std::vector<SanitizerAccess> accesses_;  // what the nodes touch (stream sanitizer)
   orGraph_t graph_ = nullptr;
   orGraphExec_t exec_ = nullptr;
 };
