@@ -80,14 +80,15 @@ check-tsan: venv
 # tests of tests/ops and the runtime, both harness tests (planted bugs in the
 # runtime and the glue), and the quick distributed and compile tests (none of
 # them smoke-marked): collectives on 2 ranks, groups, DDP under torchrun and
-# its timer, FSDP2, a torch.compile example, the C++ wrapper (AOTI shim).
+# its timer, FSDP2, a torch.compile example, the C++ wrapper (AOTI shim), and
+# graph capture and replay (tests/graphs).
 GLUE_TESTS ?= tests/device tests/profiler tests/ops tests/runtime/test_smoke.py \
   tests/runtime/test_sanitizer_harness.py \
   "tests/distributed/test_collectives.py::TestCollectives::test_every_operation_matches_cpu[2]" \
   tests/distributed/test_collectives.py::TestCollectives::test_registered_on_import \
   tests/distributed/test_groups.py tests/distributed/test_ddp.py tests/distributed/test_fsdp.py \
-  tests/compile/test_example.py tests/compile/test_cpp_wrapper.py
-GLUE_SELECT ?= -m "smoke or device or profiler or distributed or compile or runtime"
+  tests/compile/test_example.py tests/compile/test_cpp_wrapper.py tests/graphs
+GLUE_SELECT ?= -m "smoke or device or profiler or distributed or compile or runtime or graphs"
 check-asan-glue: venv
 	$(call sanitizer_build,asan-glue,address;undefined,OFF)
 	cp -r openreg_python/torch_openreg/. build-asan-glue/install/torch_openreg/

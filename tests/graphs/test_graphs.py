@@ -207,6 +207,42 @@ class TestIllegalDuringCapture:
         assert_invalidated(g)
         torch.testing.assert_close(f(a).cpu(), (a.cpu() * 2).sin() + 1)
 
+    def test_accelerator_graph_keywords(self):
+        x = torch.zeros(4, device=DEV)
+        s = torch.Stream(device=DEV)
+        g1 = torch.accelerator.Graph(keep_graph=True, capture_error_mode="thread_local")
+        with s, g1:
+            x.add_(1)
+        g2 = torch.accelerator.Graph(pool=g1.pool(), capture_error_mode="relaxed")
+        with s, g2:
+            x.mul_(10)
+        assert g2.pool() == g1.pool()
+        g1.replay()          # keep_graph: instantiated at the first replay
+        g2.replay()
+        assert torch.equal(x.cpu(), torch.full((4,), 10.0))
+
+    def test_thread_local_mode_allows_sync_from_another_thread(self):
+        x = torch.ones(4, device=DEV)
+        g = torch.openreg.OpenRegGraph()
+        errors = []
+
+        def other():
+            try:
+                torch.openreg.synchronize()
+            except RuntimeError as e:
+                errors.append(e)
+
+        with torch.openreg.graph(g, capture_error_mode="thread_local"):
+            x.add_(1)
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(timeout=60)
+        assert not errors
+        with pytest.raises(RuntimeError, match="captures in thread-local mode"):
+            with torch.openreg.graph(torch.openreg.OpenRegGraph(),
+                                     capture_error_mode="thread_local"):
+                torch.openreg.synchronize()   # the capturing thread itself
+
     def test_global_mode_refuses_sync_from_another_thread(self):
         x = torch.ones(4, device=DEV)
         g = torch.openreg.OpenRegGraph()
@@ -391,6 +427,25 @@ class TestRandomness:
         g.replay()
         assert torch.equal(torch.rand(8, device=DEV).cpu(), after_graph)
         assert not torch.equal(u.cpu(), after_graph)
+
+    @pytest.mark.parametrize("draw", [
+        lambda: torch.poisson(torch.full((6,), 4.0, device=DEV)),
+        lambda: torch.bernoulli(torch.full((64,), 0.5, device=DEV)),
+        lambda: torch.multinomial(torch.ones(50, device=DEV), 10),
+        lambda: torch.randint(0, 1000, (16,), device=DEV),
+        lambda: torch.randperm(32, device=DEV),
+        lambda: torch.empty(32, device=DEV).exponential_(),
+    ], ids=["poisson", "bernoulli", "multinomial", "randint", "randperm", "exponential"])
+    def test_random_operators(self, draw):
+        g, out = capture(draw)
+        torch.openreg.manual_seed(5)
+        g.replay()
+        first = out.cpu()
+        g.replay()
+        assert not torch.equal(first, out.cpu())
+        torch.openreg.manual_seed(5)
+        g.replay()
+        assert torch.equal(first, out.cpu())
 
     def test_seeding_while_capturing_is_refused(self):
         g = torch.openreg.OpenRegGraph()
