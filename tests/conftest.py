@@ -13,7 +13,7 @@ import tempfile
 import pytest
 
 COMPONENTS = {"runtime", "device", "ops", "model", "docs", "demo", "benchmarks",
-              "profiler", "distributed", "compile", "graphs"}
+              "profiler", "distributed", "compile", "graphs", "template"}
 
 # Inductor and friends write caches to the system temp dir by default; keep
 # the suite's own.

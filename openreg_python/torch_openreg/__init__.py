@@ -27,7 +27,32 @@ import atexit  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C  # noqa: F401  (registers the backend with c10/ATen)
+
+# [docs:one-privateuse1-backend]
+def _check_privateuse1_is_free() -> None:
+    # Only one PrivateUse1 backend can live in a process. If another one got
+    # there first (its entry point ran before ours), loading our library
+    # would fail with duplicate-kernel registration errors: say what happened
+    # and how to choose, before anything is registered.
+    taken = torch._C._get_privateuse1_backend_name()
+    if taken in ("privateuseone", "openreg"):
+        return
+    from importlib.metadata import entry_points
+
+    backends = sorted({ep.value.split(":")[0].split(".")[0]
+                       for ep in entry_points(group="torch.backends")} | {"torch_openreg"})
+    raise RuntimeError(
+        f"torch_openreg cannot register the device 'openreg': PrivateUse1 is already the "
+        f"device '{taken}'. Only one PrivateUse1 backend can live in a process, and these "
+        f"packages each register one: {', '.join(backends)}. Choose one: set "
+        f"TORCH_DEVICE_BACKEND_AUTOLOAD=0 and import the package of the backend you want "
+        f"(for example `import torch_openreg`), or uninstall the others.")
+# [docs:one-privateuse1-backend:end]
+
+
+_check_privateuse1_is_free()
+
+from . import _C  # noqa: F401,E402  (registers the backend with c10/ATen)
 from . import openreg
 from .openreg.sanitizer import StreamRaceError  # noqa: F401
 

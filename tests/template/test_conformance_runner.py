@@ -1,0 +1,84 @@
+"""The conformance suite (openreg_conformance) run against openreg, and its runner's
+rules (docs/conformance.md)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from openreg_conformance import CLASSIFICATIONS
+
+
+def run_conformance(tmp_path, *args, timeout=600):
+    junit = tmp_path / "report.xml"
+    r = subprocess.run([sys.executable, "-m", "openreg_conformance", "--device", "openreg",
+                        "--junit", str(junit), *args], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=timeout)
+    return r, junit
+
+
+@pytest.mark.template
+class TestConformanceAgainstOpenReg:
+    def test_every_classification_passes(self, tmp_path, capsys):
+        r, junit = run_conformance(tmp_path)
+        with capsys.disabled():  # the summary table, in CI's log
+            print("\n" + r.stdout[r.stdout.index("conformance of"):])
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        cases = list(ET.parse(junit).getroot().iter("testcase"))
+        seen = set()
+        for case in cases:
+            props = {p.get("name"): p.get("value") for p in case.iter("property")}
+            assert props["classification"] in CLASSIFICATIONS
+            assert props["expectation"]
+            seen.add(props["classification"])
+        assert seen == set(CLASSIFICATIONS)
+        for cls in CLASSIFICATIONS:
+            assert f"\n{cls:<15}" in r.stdout
+
+    def test_select_one_classification(self, tmp_path):
+        r, junit = run_conformance(tmp_path, "-m", "rng")
+        assert r.returncode == 0, r.stdout + r.stderr
+        classes = {p.get("value") for p in ET.parse(junit).getroot().iter("property")
+                   if p.get("name") == "classification"}
+        assert classes == {"rng"}
+
+    def test_a_failure_names_the_expectation(self, tmp_path):
+        # A backend that breaks a convention (a plugin removes memory_stats'
+        # keys): the runner reports the failing test with the expectation.
+        r, junit = run_conformance(tmp_path, "-k", "memory_stats_keys")
+        assert r.returncode == 0, r.stdout + r.stderr
+        plug = tmp_path / "breakit.py"
+        plug.write_text("import torch\n\ndef pytest_sessionstart(session):\n"
+                        "    torch.openreg.memory_stats = lambda *a, **k: {}\n")
+        env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        r = subprocess.run([sys.executable, "-m", "openreg_conformance", "--device", "openreg",
+                            "--junit", str(tmp_path / "b.xml"), "-k", "memory_stats_keys",
+                            "-p", "breakit"], capture_output=True, text=True, cwd=tmp_path,
+                           env=env, timeout=600)
+        assert r.returncode == 1
+        assert ("FAILED  [memory] test_memory_stats_keys: PyTorch expectation: memory_stats "
+                "keys as torch.cuda") in r.stdout, r.stdout
+
+    def test_every_test_needs_exactly_one_classification(self, tmp_path):
+        (tmp_path / "test_x.py").write_text(
+            "import pytest\n\n@pytest.mark.rng\n@pytest.mark.ops\n"
+            "class TestTwo:\n    def test_a(self):\n        pass\n\n"
+            "class TestNone:\n    def test_b(self):\n        pass\n")
+        r = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_x.py"), "-p",
+                            "openreg_conformance.plugin", "-c", os.devnull, "--rootdir",
+                            str(tmp_path), "--conformance-device", "openreg"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        assert r.returncode == 4, r.stdout + r.stderr
+        assert "exactly one classification" in r.stdout + r.stderr
+        assert "TestTwo::test_a" in r.stdout + r.stderr and "TestNone::test_b" in r.stdout + r.stderr
+
+    def test_unknown_device(self, tmp_path):
+        r = subprocess.run([sys.executable, "-m", "openreg_conformance", "--device", "nosuchdev",
+                            "--junit", str(tmp_path / "n.xml")], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=300)
+        assert r.returncode != 0
+        assert "cannot tell which torch.backends entry point registers 'nosuchdev'" in (
+            r.stdout + r.stderr)
