@@ -1,0 +1,86 @@
+"""A scaffolded backend builds, passes its own smoke subset and its conformance suite,
+and refuses to share a process with this one (docs/scaffold.md). One slow test: it
+builds the whole generated tree."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from tests.template.test_scaffold import ROOT, leftovers, scaffold
+
+BUILD_TIMEOUT = 1800
+
+
+def isolated_venv(path: pathlib.Path, hide=("torch_openreg", "openreg_conformance")):
+    """A venv that sees this venv's packages (torch, pytest, the build tools) except
+    this backend's: what a machine with only the new backend installed has."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True,
+                   timeout=300)
+    ours = pathlib.Path(sysconfig.get_paths()["purelib"])
+    theirs = path / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    for entry in ours.iterdir():
+        if entry.name.startswith(hide) or entry.name == "__pycache__":
+            continue
+        (theirs / entry.name).symlink_to(entry)
+    bin_dir = pathlib.Path(sys.executable).parent
+    for tool in ("cmake", "ninja", "ctest"):
+        if (bin_dir / tool).exists():
+            (path / "bin" / tool).symlink_to(bin_dir / tool)
+    pip = path / "bin" / "pip"
+    pip.write_text(f'#!/bin/sh\nexec "{path}/bin/python" -m pip "$@"\n')
+    pip.chmod(0o755)
+    return theirs
+
+
+def run(cmd, cwd, env, timeout):
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return r
+
+
+@pytest.mark.template
+@pytest.mark.slow
+class TestScaffoldedBackend:
+    def test_builds_passes_its_smoke_and_conformance(self, tmp_path, capsys):
+        tree = tmp_path / "torch-foo"
+        r = scaffold("new", "--device", "foo", "--dest", str(tree))
+        assert r.returncode == 0, r.stderr
+        assert leftovers(tree) == []
+        venv = tmp_path / "venv"
+        site = isolated_venv(venv)
+        # The venv is ready: its dependencies are this venv's (no download).
+        (venv / ".deps-stamp").touch()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("OPENREG_", "PYTEST_", "PYTHONPATH"))}
+        make = ["make", f"VENV={venv}"]
+
+        r = run(make + ["build"], tree, env, BUILD_TIMEOUT)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+        assert not list(site.glob("torch_openreg*"))
+
+        r = run(make + ["smoke", "PYTEST_ARGS=-q -p no:cacheprovider"], tree, env, 900)
+        tail = (r.stdout + r.stderr)[-4000:]
+        assert r.returncode == 0, tail
+        assert re.search(r"\d+ passed", r.stdout), tail
+
+        r = run([str(venv / "bin/python"), "-m", "foo_conformance", "--device", "foo",
+                 "--junit", str(tmp_path / "foo.xml")], tmp_path, env, 900)
+        with capsys.disabled():
+            print("\n" + r.stdout[r.stdout.find("conformance of"):])
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+        assert "conformance of 'foo'" in r.stdout
+
+        # Both backends in one environment: import torch says what to do.
+        ours = pathlib.Path(sysconfig.get_paths()["purelib"])
+        for entry in ours.glob("torch_openreg*"):
+            (site / entry.name).symlink_to(entry)
+        r = run([str(venv / "bin/python"), "-c", "import torch"], tmp_path, env, 300)
+        assert r.returncode != 0
+        msg = r.stderr
+        assert "Only one PrivateUse1 backend can live in a process" in msg, msg[-3000:]
+        assert "torch_foo" in msg and "torch_openreg" in msg
+        assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in msg
