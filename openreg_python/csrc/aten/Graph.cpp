@@ -103,7 +103,12 @@ orError_t run_node(void* p) {
         TORCH_INTERNAL_ASSERT(k < n->copy_into.size());
         n->copy_into[k++].copy_(r);
       };
-      for (const c10::IValue& v : stack) {
+      // The results the capture allocated, in order: not those that are
+      // arguments the operator writes (returned as they are).
+      const auto& rets = n->op.schema().returns();
+      for (size_t j = 0; j < rets.size() && j < stack.size(); ++j) {
+        if (rets[j].alias_info() && rets[j].alias_info()->isWrite()) continue;
+        const c10::IValue& v = stack[stack.size() - rets.size() + j];
         if (v.isTensor()) copy(v.toTensor());
         else if (v.isTensorList())
           for (const at::Tensor& t : v.toTensorList()) copy(t);
@@ -230,6 +235,7 @@ Kind classify(const c10::FunctionSchema& schema) {
       {"aten::as_strided", Kind::AtCapture},
       {"aten::view", Kind::AtCapture},
       {"aten::_reshape_alias", Kind::AtCapture},
+      {"aten::_unsafe_view", Kind::AtCapture},  // a view, though its schema does not say so
       {"aten::set_", Kind::AtCapture},
       {"aten::resize_", Kind::AtCapture},
       {"aten::record_stream", Kind::AtCapture},
