@@ -20,6 +20,7 @@ CLASSIFICATIONS = {
     "rng": "random numbers: seeding, state, generators",
     "serialization": "torch.save / torch.load",
     "profiler": "device activity in torch.profiler",
+    "distributed": "torch.distributed with the device's c10d backend",
     "compile": "torch.compile",
     "graphs": "torch.accelerator.Graph",
 }

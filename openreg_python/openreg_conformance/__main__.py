@@ -16,7 +16,8 @@ TESTS = pathlib.Path(__file__).resolve().parent / "tests"
 
 
 def run(device: str, marker: str | None, junit: str, backend: str | None,
-        extra: list[str], timeout: float | None = None) -> int:
+        extra: list[str], dist_backend: str | None = None,
+        timeout: float | None = None) -> int:
     """Runs the suite in a child interpreter (only the backend under test is loaded:
     autoload off, its entry point called by the plugin); returns pytest's status."""
     cmd = [sys.executable, "-m", "pytest", str(TESTS), "-p", "openreg_conformance.plugin",
@@ -24,6 +25,8 @@ def run(device: str, marker: str | None, junit: str, backend: str | None,
            f"--conformance-device={device}", f"--junitxml={junit}", "-q", "-rfEs"]
     if backend:
         cmd.append(f"--conformance-backend={backend}")
+    if dist_backend:
+        cmd.append(f"--conformance-dist-backend={dist_backend}")
     if marker:
         cmd += ["-m", marker]
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
@@ -66,9 +69,10 @@ def main(argv=None) -> int:
     ap.add_argument("-m", dest="marker", help="a classification (pytest -m expression)")
     ap.add_argument("--junit", help="the JUnit XML report (default conformance-DEVICE.xml)")
     ap.add_argument("--backend", help="the torch.backends entry point to load")
+    ap.add_argument("--dist-backend", help="the device's c10d backend (for the distributed tests)")
     args, extra = ap.parse_known_args(argv)
     junit = args.junit or f"conformance-{args.device}.xml"
-    status = run(args.device, args.marker, junit, args.backend, extra)
+    status = run(args.device, args.marker, junit, args.backend, extra, args.dist_backend)
     if not os.path.exists(junit):
         print(f"conformance: pytest wrote no report (status {status})", file=sys.stderr)
         return status or 1

@@ -14,6 +14,9 @@ def pytest_addoption(parser):
     g = parser.getgroup("conformance")
     g.addoption("--conformance-device", default=os.environ.get("CONFORMANCE_DEVICE"),
                 help="the PrivateUse1 device name to check (or CONFORMANCE_DEVICE)")
+    g.addoption("--conformance-dist-backend",
+                default=os.environ.get("CONFORMANCE_DIST_BACKEND"),
+                help="the device's c10d backend name (the distributed tests skip without it)")
     g.addoption("--conformance-backend", default=None,
                 help="the torch.backends entry point that registers it (default: the one "
                      "whose name or module contains the device name)")
@@ -87,6 +90,16 @@ def pytest_runtest_makereport(item, call):
 def device(pytestconfig) -> str:
     """The device name under test."""
     return pytestconfig._conformance_device
+
+
+@pytest.fixture(scope="session")
+def dist_backend(pytestconfig) -> str:
+    """The device's c10d backend name (--conformance-dist-backend)."""
+    name = pytestconfig.getoption("--conformance-dist-backend")
+    if not name:
+        pytest.skip("no c10d backend named for the device (--dist-backend / "
+                    "--conformance-dist-backend)")
+    return name
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ def run_conformance(tmp_path, *args, timeout=600):
 @pytest.mark.template
 class TestConformanceAgainstOpenReg:
     def test_every_classification_passes(self, tmp_path, capsys):
-        r, junit = run_conformance(tmp_path)
+        r, junit = run_conformance(tmp_path, "--dist-backend", "occl")
         with capsys.disabled():  # the summary table, in CI's log
             print("\n" + r.stdout[r.stdout.index("conformance of"):])
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -37,6 +37,12 @@ class TestConformanceAgainstOpenReg:
         assert seen == set(CLASSIFICATIONS)
         for cls in CLASSIFICATIONS:
             assert f"\n{cls:<15}" in r.stdout
+
+    def test_distributed_skips_without_a_backend_name(self, tmp_path):
+        r, junit = run_conformance(tmp_path, "-m", "distributed")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "skipped [distributed] test_collectives_on_the_device: " in r.stdout
+        assert "no c10d backend named for the device" in r.stdout
 
     def test_select_one_classification(self, tmp_path):
         r, junit = run_conformance(tmp_path, "-m", "rng")

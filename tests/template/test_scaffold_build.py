@@ -68,11 +68,13 @@ class TestScaffoldedBackend:
         assert re.search(r"\d+ passed", r.stdout), tail
 
         r = run([str(venv / "bin/python"), "-m", "foo_conformance", "--device", "foo",
-                 "--junit", str(tmp_path / "foo.xml")], tmp_path, env, 900)
+                 "--dist-backend", "fccl", "--junit", str(tmp_path / "foo.xml")], tmp_path,
+                env, 900)
         with capsys.disabled():
             print("\n" + r.stdout[r.stdout.find("conformance of"):])
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         assert "conformance of 'foo'" in r.stdout
+        assert re.search(r"\ntotal\s+33\s+0\s+0", r.stdout), r.stdout
 
         # Both backends in one environment: import torch says what to do.
         ours = pathlib.Path(sysconfig.get_paths()["purelib"])

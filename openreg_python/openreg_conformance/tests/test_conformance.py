@@ -293,6 +293,32 @@ class TestProfiler:
                         "(REGISTER_PRIVATEUSE1_PROFILER)")
 
 
+@pytest.mark.distributed
+class TestDistributed:
+    def test_collectives_on_the_device(self, device, dist_backend):
+        """init_process_group(<backend>) runs collectives on device tensors (a world of one)."""
+        import datetime
+
+        import torch.distributed as dist
+
+        assert dist.is_backend_available(dist_backend)
+        dist.init_process_group(dist_backend, store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=datetime.timedelta(seconds=60))
+        try:
+            x = torch.arange(8.0, device=device)
+            dist.all_reduce(x)
+            dist.broadcast(x, src=0)
+            out = [torch.empty_like(x)]
+            dist.all_gather(out, x)
+            work = dist.all_reduce(x, async_op=True)
+            work.wait()
+            assert torch.equal(out[0].cpu(), torch.arange(8.0))
+            assert torch.equal(x.cpu(), torch.arange(8.0))
+            assert dist.get_backend() == dist_backend
+        finally:
+            dist.destroy_process_group()
+
+
 @pytest.mark.compile
 class TestCompile:
     def test_compiled_matches_eager(self, device):
