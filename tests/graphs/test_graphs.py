@@ -25,6 +25,23 @@ def capture(fn, **graph_kwargs):
     return g, out
 
 
+def sync_from_another_thread():
+    """torch.openreg.synchronize() on another thread; the errors it raised, as text."""
+    errors = []
+
+    def other():
+        try:
+            torch.openreg.synchronize()
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive()
+    return errors
+
+
 def assert_invalidated(g):
     """The capture failed and left nothing: no graph to replay."""
     with pytest.raises(RuntimeError, match="not captured"):
@@ -224,19 +241,9 @@ class TestIllegalDuringCapture:
     def test_thread_local_mode_allows_sync_from_another_thread(self):
         x = torch.ones(4, device=DEV)
         g = torch.openreg.OpenRegGraph()
-        errors = []
-
-        def other():
-            try:
-                torch.openreg.synchronize()
-            except RuntimeError as e:
-                errors.append(e)
-
         with torch.openreg.graph(g, capture_error_mode="thread_local"):
             x.add_(1)
-            t = threading.Thread(target=other)
-            t.start()
-            t.join(timeout=60)
+            errors = sync_from_another_thread()
         assert not errors
         with pytest.raises(RuntimeError, match="captures in thread-local mode"):
             with torch.openreg.graph(torch.openreg.OpenRegGraph(),
@@ -247,39 +254,20 @@ class TestIllegalDuringCapture:
         x = torch.ones(4, device=DEV)
         g = torch.openreg.OpenRegGraph()
         seen = []
-
-        def other():
-            try:
-                torch.openreg.synchronize()
-            except RuntimeError as e:
-                seen.append(str(e))
-
         with pytest.raises(RuntimeError, match="invalidated: orDeviceSynchronize was called "
                                                "from another thread"):
             with torch.openreg.graph(g, capture_error_mode="global"):
                 x.add_(1)
-                t = threading.Thread(target=other)
-                t.start()
-                t.join(timeout=60)
+                seen = sync_from_another_thread()
         assert seen and "begun by another thread" in seen[0]
         assert_invalidated(g)
 
     def test_relaxed_mode_allows_sync_from_another_thread(self):
         x = torch.ones(4, device=DEV)
         g = torch.openreg.OpenRegGraph()
-        errors = []
-
-        def other():
-            try:
-                torch.openreg.synchronize()
-            except RuntimeError as e:
-                errors.append(e)
-
         with torch.openreg.graph(g, capture_error_mode="relaxed"):
             x.add_(1)
-            t = threading.Thread(target=other)
-            t.start()
-            t.join(timeout=60)
+            errors = sync_from_another_thread()
         assert not errors
         g.replay()
         assert torch.equal(x.cpu(), torch.full((4,), 2.0))
