@@ -20,6 +20,9 @@ import importlib.util
 import os
 import sys
 
+# Used only by openreg-only tests (tests/target.py).
+openreg_only = True
+
 OVERRIDE = "OPENREG_TEST_TORCH_FREE_DIR"
 
 

@@ -1,8 +1,13 @@
 """Shared pytest set-up for the OpenReg suite.
 
-Every test must belong to a component (a marker named in pyproject.toml), so
-that CI can select subsets (``pytest -m distributed``) and nothing is left
-unclassified; collection fails otherwise.
+Every test class (or test outside a class) carries exactly one component
+marker, its classification (named in pyproject.toml and the README), so that
+CI can select subsets (``pytest -m distributed``) and nothing is left
+unclassified or counted twice; collection fails otherwise.
+
+``--device NAME`` (and ``--dist-backend B``) run the device-generic tests
+against another PrivateUse1 backend and deselect the ``openreg_only`` ones;
+the name reaches the tests through ``tests/target.py``.
 
 Child interpreters (``run_python``) are in ``tests/_subprocess.py``.
 """
@@ -22,7 +27,27 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_CACHE, "inductor"
 os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_CACHE, "triton"))
 
 
+def pytest_addoption(parser):
+    group = parser.getgroup("openreg", "the device under test (tests/target.py)")
+    group.addoption("--device", default=None, metavar="NAME",
+                    help="run the device-generic tests against this PrivateUse1 backend "
+                         "(loaded by its own autoload entry point) and deselect the "
+                         "openreg_only tests; default: openreg")
+    group.addoption("--dist-backend", default=None, metavar="NAME",
+                    help="the device's c10d backend for the distributed tests "
+                         "(default: occl for openreg; without it they are skipped)")
+
+
 def pytest_configure(config):
+    # The options reach tests/target.py (imported later, at collection) and
+    # child processes through the environment.
+    device = config.getoption("--device")
+    if device:
+        os.environ["OPENREG_TESTS_DEVICE"] = device
+    dist_backend = config.getoption("--dist-backend")
+    if dist_backend:
+        os.environ["OPENREG_TESTS_DIST_BACKEND"] = dist_backend
+
     # A component marker must also be registered in pyproject.toml
     # (--strict-markers rejects unregistered ones, but only once a test uses it).
     registered = {line.split(":")[0].strip() for line in config.getini("markers")}
@@ -35,12 +60,29 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    unclassified = [
-        item.nodeid for item in items
-        if not any(m.name in COMPONENTS for m in item.iter_markers())
-    ]
-    if unclassified:
+    unclassified, twice = [], []
+    for item in items:
+        names = {m.name for m in item.iter_markers() if m.name in COMPONENTS}
+        if not names:
+            unclassified.append(item.nodeid)
+        elif len(names) > 1:
+            twice.append(f"{item.nodeid} ({', '.join(sorted(names))})")
+    if unclassified or twice:
+        problems = []
+        if unclassified:
+            problems.append("tests without a component marker: " + ", ".join(unclassified[:10]))
+        if twice:
+            problems.append("tests with more than one component marker: " + ", ".join(twice[:10]))
         raise pytest.UsageError(
-            "tests without a component marker (" + ", ".join(sorted(COMPONENTS)) + "): "
-            + ", ".join(unclassified[:10])
+            "; ".join(problems) + ". Each test class carries exactly one of: "
+            + ", ".join(sorted(COMPONENTS))
         )
+
+    from tests.target import IS_OPENREG
+    if not IS_OPENREG:
+        keep, dropped = [], []
+        for item in items:
+            (dropped if item.get_closest_marker("openreg_only") else keep).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep

@@ -4,6 +4,9 @@ import pathlib
 import subprocess
 import sys
 
+# Used only by openreg-only tests (tests/target.py).
+openreg_only = True
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -4,6 +4,9 @@ import pytest
 
 from tests.benchmarks._helpers import run_benchmark
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 
 @pytest.mark.benchmarks
 @pytest.mark.slow

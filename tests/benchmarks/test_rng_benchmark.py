@@ -5,6 +5,9 @@ import pytest
 from tests._subprocess import child_env
 from tests.benchmarks._helpers import run_benchmark
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 
 @pytest.mark.benchmarks
 class TestRngBenchmarkRuns:

@@ -17,6 +17,9 @@ import torch.nn as nn
 from tests._subprocess import run_python
 from torch_openreg.testing import recorded_kernel_records
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOL = 1e-5
 

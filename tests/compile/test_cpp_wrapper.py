@@ -11,6 +11,9 @@ import torch.nn as nn
 
 from torch._inductor.utils import run_and_get_code
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 CPP = {"cpp_wrapper": True}
 
 

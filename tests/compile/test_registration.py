@@ -5,6 +5,9 @@ import torch
 
 from tests._subprocess import run_python
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 
 @pytest.mark.compile
 class TestLazyRegistration:

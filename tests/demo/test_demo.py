@@ -6,6 +6,9 @@ import sys
 
 import pytest
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -48,6 +48,9 @@ import torch
 
 from tests._subprocess import run_python
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 EXAMPLES = int(os.environ.get("OPENREG_TEST_FUZZ_EXAMPLES", "40"))
 ALLOWED = (TypeError, ValueError, RuntimeError, IndexError)
 

@@ -10,6 +10,9 @@ import torch
 
 from tests._subprocess import REPO, child_env, run_python
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 N = 1000
 
 

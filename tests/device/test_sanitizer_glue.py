@@ -17,6 +17,9 @@ import pytest
 
 from tests._subprocess import run_python, sanitizer_reports_to_stderr
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 GLUE = os.environ.get("OPENREG_TEST_SANITIZER_GLUE", "")
 
 # Our libraries that `import torch_openreg` maps (the Inductor ones load

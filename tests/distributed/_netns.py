@@ -18,6 +18,9 @@ import signal
 import subprocess
 import time
 
+# Used only by openreg-only tests (tests/target.py).
+openreg_only = True
+
 SUBNET = "10.213.7"  # 10.213.7.<node + 1>/24, inside the cluster's namespaces only
 ETC_NETNS = "/etc/netns"
 

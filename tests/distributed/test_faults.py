@@ -10,6 +10,9 @@ import pytest
 
 from ._launch import run_ranks
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 
 def shm_entries():
     # Every entry, not only ours by name: OCCL must create none at all (its

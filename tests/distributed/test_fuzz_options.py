@@ -25,6 +25,9 @@ import pytest
 
 from tests._subprocess import REPO, child_env
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "fuzz_options.py")
 CTOR_EXAMPLES = 150
 GiB = 1 << 30

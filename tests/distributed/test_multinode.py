@@ -17,6 +17,9 @@ from tests._subprocess import REPO, child_env
 from . import _netns
 from ._launch import WORKERS
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 SKIP = _netns.skip_reason()
 
 

@@ -19,6 +19,9 @@ from tests._torch_free import load
 
 from ._launch import check_ok, run_ranks
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 oc = load("_occl_testing")
 rt = load("_runtime")
 

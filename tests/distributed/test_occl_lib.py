@@ -6,6 +6,9 @@ import pytest
 
 from ._launch import check_ok, run_ranks
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 
 @pytest.mark.distributed
 class TestLibOccl:

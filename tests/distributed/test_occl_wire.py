@@ -26,6 +26,9 @@ from tests._torch_free import load
 
 from ._launch import WORKERS
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 oc = load("_occl_testing")
 
 TIMEOUT_S = 1.5  # rank 0's communicator timeout

@@ -16,6 +16,9 @@ import tempfile
 import time
 import urllib.request
 
+# Used only by openreg-only tests (tests/target.py).
+openreg_only = True
+
 try:
     import websocket  # websocket-client, from requirements-dev.txt
 except ImportError:  # the build tests still run; Browser() says what is missing

@@ -8,6 +8,9 @@ import sys
 
 import pytest
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import docs_snippets  # noqa: E402

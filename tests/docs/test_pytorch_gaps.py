@@ -37,7 +37,9 @@ import torch
 
 from tests._subprocess import REPO, child_env
 
-pytestmark = pytest.mark.docs
+# Each class carries its area's marker (device, profiler, distributed,
+# compile): one classification per class. The reproducers run openreg.
+pytestmark = pytest.mark.openreg_only
 
 TIMEOUT = 180  # seconds, per child (they share 2 cores with each other)
 

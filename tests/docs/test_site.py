@@ -16,6 +16,9 @@ import pytest
 
 from . import _browser as cdp
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 HTML = DOCS / "_build" / "html"

@@ -17,6 +17,9 @@ import time
 from tests._subprocess import REPO  # noqa: F401  (re-exported for the runtime tests)
 from tests._torch_free import load
 
+# Used only by openreg-only tests (tests/target.py).
+openreg_only = True
+
 
 rt = load("_runtime")
 

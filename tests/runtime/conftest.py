@@ -12,6 +12,9 @@ import pytest
 
 from tests.runtime._helpers import call_with_timeout, rt
 
+# Used only by openreg-only tests (tests/target.py).
+openreg_only = True
+
 
 def _new_stream():
     s = rt.stream_create(0)

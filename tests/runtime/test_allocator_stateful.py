@@ -24,6 +24,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from tests._subprocess import child_env
 from tests.runtime._helpers import ALIGN, MB, REPO, HostBuf, d2h, h2d, round_up, rt
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 OpenRegError = rt.OpenRegError
 
 CHILD_ENV = "OPENREG_ALLOCATOR_MACHINE_CHILD"

@@ -12,6 +12,9 @@ import pytest
 from tests._subprocess import run_python
 from tests.runtime._helpers import CHILD_PRELUDE, CHILD_PRELUDE_WITH_TORCH
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 
 # ---------------------------------------------------------------- strict memory
 READ_DEVICE_POINTER = r"""

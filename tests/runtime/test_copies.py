@@ -20,6 +20,9 @@ from tests.runtime._helpers import (
     sync_stream,
 )
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 OpenRegError = rt.OpenRegError
 
 

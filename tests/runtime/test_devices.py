@@ -7,6 +7,9 @@ import pytest
 
 from tests.runtime._helpers import on_device, rt
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 OpenRegError = rt.OpenRegError
 
 

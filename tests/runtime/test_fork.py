@@ -7,6 +7,9 @@ import pytest
 from tests._subprocess import run_python
 from tests.runtime._helpers import CHILD_PRELUDE
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 
 FORK_SCRIPT = CHILD_PRELUDE + r"""
 out = {}

@@ -28,6 +28,9 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from tests.runtime._helpers import ALIGN, MB, HostBuf, d2h, h2d, round_up, rt
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 OpenRegError = rt.OpenRegError
 SIZE_MAX = 2 ** 64 - 1
 HOST_BYTES = 64 * 1024

@@ -10,6 +10,9 @@ import pytest
 
 from tests.runtime._helpers import call_with_timeout, d2h, gates, h2d, rt, sync_stream
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 OpenRegError = rt.OpenRegError
 NONE, ACTIVE, INVALIDATED = 0, 1, 2
 

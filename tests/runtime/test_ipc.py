@@ -16,6 +16,9 @@ import pytest
 from tests._subprocess import run_python
 from tests.runtime._helpers import CHILD_PRELUDE, rt
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 TIMEOUT = 30.0
 SIZE = 3 * 4096 + 512  # not a whole number of pages
 

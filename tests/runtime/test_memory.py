@@ -12,6 +12,9 @@ from tests.runtime._helpers import (
     rt,
 )
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 OpenRegError = rt.OpenRegError
 
 

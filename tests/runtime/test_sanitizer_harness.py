@@ -14,6 +14,9 @@ import pytest
 from tests._subprocess import run_python, sanitizer_reports_to_stderr
 from tests.runtime._helpers import CHILD_PRELUDE, rt
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 SANITIZER = os.environ.get("OPENREG_TEST_SANITIZER", "")
 
 

@@ -8,6 +8,9 @@ import pytest
 from tests._subprocess import run_python
 from tests.runtime._helpers import CHILD_PRELUDE, RuntimeHang
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 
 # ---------------------------------------------------------------- priorities
 PRIORITY_SCRIPT = CHILD_PRELUDE + r"""

@@ -39,6 +39,9 @@ from hypothesis.stateful import (
 from tests._subprocess import child_env
 from tests.runtime._helpers import REPO, RuntimeHang, call_with_timeout, on_device, rt
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 # Child runs (per-process worker counts) are configured through these.
 CHILD_ENV = "OPENREG_STREAM_MACHINE_CHILD"  # number of examples
 CHILD_DEVICES_ENV = "OPENREG_STREAM_MACHINE_DEVICES"  # e.g. "0" or "0,0,1"

@@ -10,6 +10,9 @@ from tests.runtime._helpers import (
     sync_stream,
 )
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 
 # ---------------------------------------------------------------- tracing
 @pytest.mark.runtime

@@ -12,6 +12,9 @@ import pytest
 
 from tests._subprocess import REPO
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 ROOT = pathlib.Path(REPO)
 TOOL = ROOT / "tools" / "scaffold.py"
 LEFTOVER = re.compile(r"(?i:openreg|occl)|\bor[A-Z]\w*|\bOR_[A-Z]")

@@ -13,6 +13,9 @@ import pytest
 
 from tests.template.test_scaffold import ROOT, leftovers, scaffold
 
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
 BUILD_TIMEOUT = 1800
 
 

@@ -14,6 +14,9 @@ import time
 import torch
 import torch.distributed as dist
 
+# Used only by openreg-only tests (tests/target.py).
+openreg_only = True
+
 rank = int(os.environ["RANK"])
 timeout = float(os.environ.get("FAULT_TIMEOUT_S", "10"))
 steps = int(os.environ.get("STEPS", "1000"))

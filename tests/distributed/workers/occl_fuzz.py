@@ -26,6 +26,9 @@ import time
 
 import numpy as np
 
+# Used only by openreg-only tests (tests/target.py).
+openreg_only = True
+
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))))

@@ -19,6 +19,9 @@ import random
 import torch
 import torch.distributed as dist
 
+# Used only by openreg-only tests (tests/target.py).
+openreg_only = True
+
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 assert world == 4
 iterations = int(os.environ.get("ITERATIONS", "300"))

@@ -1,0 +1,61 @@
+"""The device under test: the one place the suite takes its name from.
+
+The suite has two kinds of tests:
+
+* **device-generic** tests use only public PyTorch APIs (devices, memory,
+  streams and events, operators against the CPU, autograd, AMP, RNG,
+  serialization, the profiler, torch.distributed, torch.compile, graphs).
+  They never write the device's name: they use ``DEVICE`` (``"openreg"``),
+  ``device_module`` (``torch.openreg``, found through
+  ``torch.get_device_module``) and ``DIST_BACKEND`` (the c10d backend).
+* **openreg-only** tests check openreg's own internals (the runtime's C API,
+  strict memory, the stream sanitizer, liboccl and its wire, the code its
+  Inductor backend generates, its error messages and configuration
+  variables, the docs and tools of this repository). They carry the
+  ``openreg_only`` marker, on the class, the test or the module
+  (``pytestmark``).
+
+``pytest tests --device NAME [--dist-backend B]`` (or the environment
+variables ``OPENREG_TESTS_DEVICE`` and ``OPENREG_TESTS_DIST_BACKEND``, which
+the options set and child processes inherit) runs the device-generic tests
+against another PrivateUse1 backend, loaded by its own autoload entry point;
+the openreg-only tests are deselected. ``tests/template/test_suite_split.py``
+checks that no device-generic test writes the name.
+"""
+
+import os
+
+DEVICE_VAR = "OPENREG_TESTS_DEVICE"
+DIST_BACKEND_VAR = "OPENREG_TESTS_DIST_BACKEND"
+
+#: The device type under test ("openreg" unless --device says otherwise).
+DEVICE = os.environ.get(DEVICE_VAR) or "openreg"
+#: True when the suite runs against openreg itself.
+IS_OPENREG = DEVICE == "openreg"
+#: The device's c10d backend (None: the distributed tests are skipped).
+DIST_BACKEND = os.environ.get(DIST_BACKEND_VAR) or ("occl" if IS_OPENREG else None)
+
+
+def device(index=None) -> str:
+    """``"<device>"`` or ``"<device>:<index>"``, for ``device=`` arguments."""
+    return DEVICE if index is None else f"{DEVICE}:{index}"
+
+
+class _DeviceModule:
+    """``torch.<device>``, looked up on each use: importing this module (and
+    collecting the tests) imports no torch and needs no backend, so a child
+    interpreter or a collection with an unknown ``--device`` still imports it.
+    Attribute reads only: to patch the module, patch
+    ``torch.get_device_module(DEVICE)`` itself."""
+
+    def __getattr__(self, name):
+        import torch
+
+        return getattr(torch.get_device_module(DEVICE), name)
+
+    def __repr__(self):
+        return f"<device module of {DEVICE!r}>"
+
+
+#: torch.openreg for openreg: the device module, as torch.get_device_module(DEVICE).
+device_module = _DeviceModule()
