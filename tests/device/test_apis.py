@@ -13,7 +13,9 @@ import pytest
 import torch
 from torch.cuda import _memory_viz
 
+from tests import target
 from tests._subprocess import REPO, run_python
+from tests.target import DEVICE, device
 
 MB = 1 << 20
 QUANTIZED = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
@@ -21,20 +23,20 @@ QUANTIZED = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quin
 
 def fresh():
     gc.collect()
-    torch.openreg.synchronize()
-    torch.openreg.empty_cache()
+    target.device_module.synchronize()
+    target.device_module.empty_cache()
 
 
 @pytest.fixture
 def history():
     """Record memory history for one test, and always stop afterwards."""
     fresh()
-    yield torch.openreg.memory._record_memory_history
-    torch.openreg.memory._record_memory_history(None)
+    yield target.device_module.memory._record_memory_history
+    target.device_module.memory._record_memory_history(None)
 
 
 def allocate_in_named_function(n):
-    return torch.empty(n, dtype=torch.uint8, device="openreg")
+    return torch.empty(n, dtype=torch.uint8, device=DEVICE)
 
 
 def block_at(snapshot, addr):
@@ -47,6 +49,7 @@ def block_at(snapshot, addr):
 
 @pytest.mark.device
 class TestDeviceCapability:
+    @pytest.mark.openreg_only  # openreg's set of dtypes
     def test_accelerator_capability(self):
         cap = torch.accelerator.get_device_capability()
         dtypes = cap["supported_dtypes"]
@@ -64,13 +67,14 @@ class TestDeviceCapability:
         # (Quantized dtypes are made by quantizing, not by zeros/to: their
         # test is tests/ops/test_quantized.py.)
         for dt in torch.accelerator.get_device_capability()["supported_dtypes"] - QUANTIZED:
-            x = torch.zeros(4, dtype=dt, device="openreg")
+            x = torch.zeros(4, dtype=dt, device=DEVICE)
             assert x.dtype == dt and x.cpu().dtype == dt
             target = torch.complex64 if dt.is_complex else torch.float32
             # As the CPU converts (float8_e8m0fnu has no zero, for example).
             assert torch.equal(x.to(target).cpu(), torch.zeros(4, dtype=dt).to(target)), dt
-            assert torch.ones(4, device="openreg").to(dt).dtype == dt
+            assert torch.ones(4, device=DEVICE).to(dt).dtype == dt
 
+    @pytest.mark.openreg_only  # openreg's message
     def test_invalid_device(self):
         with pytest.raises(RuntimeError, match=r"Invalid openreg device index 7: 2 openreg device\(s\)"):
             torch.accelerator.get_device_capability("openreg:7")
@@ -79,9 +83,9 @@ class TestDeviceCapability:
 @pytest.mark.device
 class TestMemorySummaries:
     def test_nested_dict_matches_flat_stats(self):
-        keep = torch.empty(1000, device="openreg")
-        flat = torch.openreg.memory_stats()
-        nested = torch.openreg.memory_stats_as_nested_dict()
+        keep = torch.empty(1000, device=DEVICE)
+        flat = target.device_module.memory_stats()
+        nested = target.device_module.memory_stats_as_nested_dict()
         assert nested["allocated_bytes"]["all"]["current"] == flat["allocated_bytes.all.current"]
         assert nested["num_ooms"] == flat["num_ooms"]
         count = 0
@@ -97,6 +101,7 @@ class TestMemorySummaries:
         assert count == len(flat)
         del keep
 
+    @pytest.mark.openreg_only  # the summary openreg writes (its wording, orMalloc)
     def test_summary(self):
         # Tests that ran before may legitimately leave a little allocated on the
         # device (SDPA keeps its dropout state cached): count from there.
@@ -119,7 +124,7 @@ class TestMemoryHistory:
         history(stacks="python")
         x = allocate_in_named_function(5000)
         addr = x.untyped_storage().data_ptr()
-        snap = torch.openreg.memory._snapshot()
+        snap = target.device_module.memory._snapshot()
         seg, block = block_at(snap, addr)
         assert block["state"] == "active_allocated"
         assert block["requested_size"] == 5000 and block["size"] == 5120
@@ -131,11 +136,12 @@ class TestMemoryHistory:
         allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc" and e["addr"] == addr]
         assert allocs and allocs[-1]["size"] == 5000 and allocs[-1]["frames"]
         del x
-        trace = torch.openreg.memory._snapshot()["device_traces"][0]
+        trace = target.device_module.memory._snapshot()["device_traces"][0]
         actions = [e["action"] for e in trace if e["addr"] == addr]
         assert actions[-3:] == ["alloc", "free_requested", "free_completed"]
-        assert torch.openreg.memory_snapshot() == torch.openreg.memory._snapshot()["segments"]
+        assert target.device_module.memory_snapshot() == target.device_module.memory._snapshot()["segments"]
 
+    @pytest.mark.openreg_only  # C++ frames of torch_openreg's allocator
     def test_cpp_stacks(self, history):
         history(stacks="all")
         x = allocate_in_named_function(100)
@@ -148,11 +154,11 @@ class TestMemoryHistory:
     def test_dump_renders_with_memory_viz(self, history, tmp_path):
         history(stacks="python")
         x = allocate_in_named_function(3 * MB)
-        y = torch.randn(100, 100, device="openreg:1") @ torch.randn(100, 100, device="openreg:1")
+        y = torch.randn(100, 100, device=device(1)) @ torch.randn(100, 100, device=device(1))
         z = allocate_in_named_function(700)
         del z
         path = tmp_path / "snap.pickle"
-        torch.openreg.memory._dump_snapshot(str(path))
+        target.device_module.memory._dump_snapshot(str(path))
         with open(path, "rb") as f:
             snap = pickle.load(f)
         assert "Memory accounting error" not in _memory_viz.segsum(snap)
@@ -166,9 +172,9 @@ class TestMemoryHistory:
         assert re.search(r"active_allocated;.*allocate_in_named_function.* 3145728", flame), flame
         mem = _memory_viz.memory(snap, format_flamegraph=lambda lines: lines)
         assert "allocate_in_named_function" in mem
-        torch.openreg.memory._record_memory_history(None)
+        target.device_module.memory._record_memory_history(None)
         w = allocate_in_named_function(100)
-        after = torch.openreg.memory._snapshot()
+        after = target.device_module.memory._snapshot()
         diff = _memory_viz.compare(snap["segments"], after["segments"], format_flamegraph=lambda lines: lines)
         assert "only_after" in diff or "only_before" in diff or diff == ""
         del x, y, w
@@ -176,12 +182,12 @@ class TestMemoryHistory:
     def test_stopping_and_state_only(self, history):
         history("state", stacks="python")
         x = allocate_in_named_function(100)
-        snap = torch.openreg.memory._snapshot()
+        snap = target.device_module.memory._snapshot()
         assert block_at(snap, x.untyped_storage().data_ptr())[1]["frames"]
         assert snap["device_traces"] == [[], []]
         history(None)
         y = allocate_in_named_function(100)
-        snap = torch.openreg.memory._snapshot()
+        snap = target.device_module.memory._snapshot()
         assert block_at(snap, y.untyped_storage().data_ptr())[1]["frames"] == []
         assert block_at(snap, x.untyped_storage().data_ptr())[1]["frames"]  # kept while live
         del x, y
@@ -189,7 +195,7 @@ class TestMemoryHistory:
     def test_no_context(self, history):
         history(context=None)
         x = allocate_in_named_function(100)
-        snap = torch.openreg.memory._snapshot()
+        snap = target.device_module.memory._snapshot()
         assert block_at(snap, x.untyped_storage().data_ptr())[1]["frames"] == []
         assert any(e["action"] == "alloc" for e in snap["device_traces"][0])
         del x
@@ -197,32 +203,34 @@ class TestMemoryHistory:
     def test_max_entries_keeps_newest(self, history):
         history(stacks="python", max_entries=3, clear_history=True)
         xs = [allocate_in_named_function(1000 * (i + 1)) for i in range(5)]
-        trace = torch.openreg.memory._snapshot()["device_traces"][0]
+        trace = target.device_module.memory._snapshot()["device_traces"][0]
         assert [e["size"] for e in trace] == [3000, 4000, 5000]
         history(stacks="python", max_entries=2)  # shrinking keeps the newest, in order
-        assert [e["size"] for e in torch.openreg.memory._snapshot()["device_traces"][0]] == [4000, 5000]
+        assert [e["size"] for e in target.device_module.memory._snapshot()["device_traces"][0]] == [4000, 5000]
         history(stacks="python", max_entries=3)  # growing again keeps the order
         xs.append(allocate_in_named_function(6000))
-        assert [e["size"] for e in torch.openreg.memory._snapshot()["device_traces"][0]] == [4000, 5000, 6000]
+        assert [e["size"] for e in target.device_module.memory._snapshot()["device_traces"][0]] == [4000, 5000, 6000]
         del xs
 
+    @pytest.mark.openreg_only  # openreg's private _sleep makes the stream busy
     def test_awaiting_free_after_record_stream(self, history):
         history(stacks="python")
-        side = torch.openreg.Stream()
+        side = target.device_module.Stream()
         x = allocate_in_named_function(4096)
         addr = x.untyped_storage().data_ptr()
-        with torch.openreg.stream(side):
-            torch.openreg._sleep(100_000)
+        with target.device_module.stream(side):
+            target.device_module._sleep(100_000)
         x.record_stream(side)
         del x
-        assert block_at(torch.openreg.memory._snapshot(), addr)[1]["state"] == "active_awaiting_free"
+        assert block_at(target.device_module.memory._snapshot(), addr)[1]["state"] == "active_awaiting_free"
         side.synchronize()
         allocate_in_named_function(10)  # the allocator notices completed events
-        snap = torch.openreg.memory._snapshot()
+        snap = target.device_module.memory._snapshot()
         actions = [e["action"] for e in snap["device_traces"][0] if e["addr"] == addr]
         assert actions[-2:] == ["free_requested", "free_completed"]
         assert "Memory accounting error" not in _memory_viz.segsum(snap)
 
+    @pytest.mark.openreg_only  # openreg's capacity (5 GiB does not fit in 4)
     def test_segment_and_oom_actions(self, history):
         history(stacks="python")
         x = allocate_in_named_function(30 * MB)
@@ -242,6 +250,7 @@ class TestMemoryHistory:
         ({"context": "nope"}, "expected context to be None, 'state', 'alloc' or 'all', got 'nope'"),
         ({"stacks": "cpp"}, "expected stacks to be 'python' or 'all', got 'cpp'"),
     ])
+    @pytest.mark.openreg_only  # openreg's messages
     def test_bad_arguments(self, history, kwargs, message):
         with pytest.raises(RuntimeError, match=re.escape(message)):
             history(**kwargs)
@@ -250,37 +259,38 @@ class TestMemoryHistory:
 @pytest.mark.device
 class TestHostMemoryStats:
     def test_pinned_allocations_are_counted(self):
-        torch.openreg.init()
+        target.device_module.init()
         # Earlier tests may leave pinned blocks whose frees wait on device
         # events; the host allocator retires them at its next allocation, so
         # make that happen before counting.
         gc.collect()
-        torch.openreg.synchronize()
+        target.device_module.synchronize()
         torch.empty(1, dtype=torch.uint8).pin_memory()
-        before = torch.openreg.host_memory_stats()
+        before = target.device_module.host_memory_stats()
         p = torch.empty(1 << 20, dtype=torch.uint8).pin_memory()
-        s = torch.openreg.host_memory_stats()
+        s = target.device_module.host_memory_stats()
         assert s["active_requests.current"] == before.get("active_requests.current", 0) + 1
         assert s["active_bytes.current"] >= before.get("active_bytes.current", 0) + (1 << 20)
         assert s["allocations.current"] >= 1 and s["allocated_bytes.current"] >= 1 << 20
         for key in ("num_host_alloc", "num_host_free", "host_alloc_time.count", "active_bytes.peak"):
             assert key in s
-        nested = torch.openreg.host_memory_stats_as_nested_dict()
+        nested = target.device_module.host_memory_stats_as_nested_dict()
         assert nested["active_bytes"]["current"] == s["active_bytes.current"]
         del p
 
     def test_reset_peak(self):
-        torch.openreg.init()
+        target.device_module.init()
         p = torch.empty(4 << 20, dtype=torch.uint8).pin_memory()
         del p
-        torch.openreg.reset_peak_host_memory_stats()
-        s = torch.openreg.host_memory_stats()
+        target.device_module.reset_peak_host_memory_stats()
+        s = target.device_module.host_memory_stats()
         assert s["active_bytes.peak"] == s["active_bytes.current"]
-        torch.openreg.reset_accumulated_host_memory_stats()
-        assert torch.openreg.host_memory_stats()["active_bytes.allocated"] == 0
+        target.device_module.reset_accumulated_host_memory_stats()
+        assert target.device_module.host_memory_stats()["active_bytes.allocated"] == 0
 
 
 @pytest.mark.device
+@pytest.mark.openreg_only  # openreg's capacity (0.01 of 4 GiB) and messages
 class TestMemoryFraction:
     def test_fraction_is_enforced(self):
         fresh()
@@ -316,6 +326,7 @@ class TestMemoryFraction:
 
 @pytest.mark.device
 class TestPeersAndProperties:
+    @pytest.mark.openreg_only  # openreg's message
     def test_can_device_access_peer(self):
         assert torch.openreg.can_device_access_peer(0, 1)
         assert torch.openreg.can_device_access_peer("openreg:1", torch.device("openreg:0"))
@@ -324,9 +335,10 @@ class TestPeersAndProperties:
             torch.openreg.can_device_access_peer(0, 2)
 
     def test_peer_copy(self):
-        a = torch.arange(10.0, device="openreg:0")
-        assert torch.equal(a.to("openreg:1").cpu(), torch.arange(10.0))
+        a = torch.arange(10.0, device=device(0))
+        assert torch.equal(a.to(device(1)).cpu(), torch.arange(10.0))
 
+    @pytest.mark.openreg_only  # openreg's UUIDs (version 8) and integrated memory
     def test_properties(self):
         p0, p1 = (torch.openreg.get_device_properties(i) for i in range(2))
         assert isinstance(p0.uuid, uuid.UUID) and p0.uuid.version == 8
@@ -338,30 +350,33 @@ class TestPeersAndProperties:
         assert f"uuid={p0.uuid}" in repr(p0)
 
     def test_uuid_is_the_same_in_another_process(self):
-        r = run_python("import torch; print(torch.openreg.get_device_properties(1).uuid)", timeout=120)
+        r = run_python("import torch\n"
+                       "from tests.target import device_module\n"
+                       "print(device_module.get_device_properties(1).uuid)", timeout=120)
         assert r.returncode == 0, r.stderr
-        assert r.stdout.strip() == str(torch.openreg.get_device_properties(1).uuid)
+        assert r.stdout.strip() == str(target.device_module.get_device_properties(1).uuid)
 
+    @pytest.mark.openreg_only  # openreg's message and capacity
     def test_out_of_memory_error_alias(self):
         assert torch.openreg.OutOfMemoryError is torch.OutOfMemoryError
         with pytest.raises(torch.openreg.OutOfMemoryError, match="openreg out of memory"):
             torch.empty(5 << 30, dtype=torch.uint8, device="openreg")
 
 
-def _documented_missing():
-    """Names in docs/device.md's table of torch.cuda APIs openreg lacks."""
-    text = (Path(REPO) / "docs" / "device.md").read_text()
-    section = text.split("## torch.cuda APIs that openreg does not provide", 1)[1].split("\n## ", 1)[0]
-    names = set()
-    for line in section.splitlines():
-        if line.startswith("| `") and "name(s)" not in line:
-            names.update(re.findall(r"`([A-Za-z_][\w.]*)`", line.split("|")[1]))
-    return names
-
-
 @pytest.mark.device
 class TestTorchCudaCoverage:
+    @pytest.mark.openreg_only  # this repository's docs/device.md
     def test_every_public_torch_cuda_name_is_provided_or_documented(self):
+        def _documented_missing():
+            """Names in docs/device.md's table of torch.cuda APIs openreg lacks."""
+            text = (Path(REPO) / "docs" / "device.md").read_text()
+            section = text.split("## torch.cuda APIs that openreg does not provide", 1)[1].split("\n## ", 1)[0]
+            names = set()
+            for line in section.splitlines():
+                if line.startswith("| `") and "name(s)" not in line:
+                    names.update(re.findall(r"`([A-Za-z_][\w.]*)`", line.split("|")[1]))
+            return names
+
         public = {n for n in dir(torch.cuda) if not n.startswith("_")}
         modules = {n for n in public if type(getattr(torch.cuda, n)).__name__ == "module"}
         missing = {n for n in public - modules if not hasattr(torch.openreg, n)}
@@ -374,4 +389,4 @@ class TestTorchCudaCoverage:
                      "_record_memory_history", "_snapshot", "_dump_snapshot",
                      "host_memory_stats", "reset_peak_host_memory_stats",
                      "set_per_process_memory_fraction", "get_per_process_memory_fraction"):
-            assert callable(getattr(torch.openreg.memory, name)), name
+            assert callable(getattr(target.device_module.memory, name)), name

@@ -1,4 +1,4 @@
-"""Devices through torch.openreg and torch.accelerator."""
+"""Devices through the device module (torch.openreg) and torch.accelerator."""
 
 import subprocess
 import sys
@@ -6,58 +6,62 @@ import sys
 import pytest
 import torch
 
+from tests import target
 from tests._subprocess import REPO, run_python
+from tests.target import DEVICE, device
 
 
 @pytest.mark.device
 @pytest.mark.smoke
 class TestDeviceBasics:
     def test_backend_is_registered(self):
-        assert torch._C._get_privateuse1_backend_name() == "openreg"
-        assert torch.openreg.is_available()
-        assert torch.openreg.device_count() == 2
-        assert torch.accelerator.current_accelerator() == torch.device("openreg")
+        assert torch._C._get_privateuse1_backend_name() == DEVICE
+        assert target.device_module.is_available()
+        assert target.device_module.device_count() == 2
+        assert torch.accelerator.current_accelerator() == torch.device(DEVICE)
         assert torch.accelerator.device_count() == 2
 
     def test_generated_methods(self):
-        t = torch.ones(3).openreg()
-        assert t.is_openreg and t.device == torch.device("openreg", 0)
-        m = torch.nn.Linear(2, 2).openreg()
-        assert next(m.parameters()).device.type == "openreg"
-        s = torch.UntypedStorage(4).openreg()
-        assert s.device.type == "openreg" and s.is_openreg
+        # The methods named after the device (Tensor.openreg(), .is_openreg, ...).
+        t = getattr(torch.ones(3), DEVICE)()
+        assert getattr(t, f"is_{DEVICE}") and t.device == torch.device(DEVICE, 0)
+        m = getattr(torch.nn.Linear(2, 2), DEVICE)()
+        assert next(m.parameters()).device.type == DEVICE
+        s = getattr(torch.UntypedStorage(4), DEVICE)()
+        assert s.device.type == DEVICE and getattr(s, f"is_{DEVICE}")
 
     def test_set_device_and_current(self):
-        prev = torch.openreg.current_device()
+        prev = target.device_module.current_device()
         try:
-            torch.openreg.set_device(1)
-            assert torch.openreg.current_device() == 1
-            assert torch.empty(1, device="openreg").device.index == 1
-            torch.openreg.set_device(-1)  # ignored, as in torch.cuda
-            assert torch.openreg.current_device() == 1
+            target.device_module.set_device(1)
+            assert target.device_module.current_device() == 1
+            assert torch.empty(1, device=DEVICE).device.index == 1
+            target.device_module.set_device(-1)  # ignored, as in torch.cuda
+            assert target.device_module.current_device() == 1
         finally:
-            torch.openreg.set_device(prev)
+            target.device_module.set_device(prev)
 
     def test_device_context_manager_restores(self):
-        assert torch.openreg.current_device() == 0
-        with torch.openreg.device(1):
-            assert torch.openreg.current_device() == 1
-            with torch.openreg.device("openreg:0"):
-                assert torch.openreg.current_device() == 0
-            assert torch.openreg.current_device() == 1
-        assert torch.openreg.current_device() == 0
+        assert target.device_module.current_device() == 0
+        with target.device_module.device(1):
+            assert target.device_module.current_device() == 1
+            with target.device_module.device(device(0)):
+                assert target.device_module.current_device() == 0
+            assert target.device_module.current_device() == 1
+        assert target.device_module.current_device() == 0
 
     def test_device_of(self):
-        t = torch.ones(1, device="openreg:1")
-        with torch.openreg.device_of(t):
-            assert torch.openreg.current_device() == 1
-        assert torch.openreg.current_device() == 0
+        t = torch.ones(1, device=device(1))
+        with target.device_module.device_of(t):
+            assert target.device_module.current_device() == 1
+        assert target.device_module.current_device() == 0
 
     def test_accelerator_device_index(self):
         with torch.accelerator.device_index(1):
             assert torch.accelerator.current_device_index() == 1
         assert torch.accelerator.current_device_index() == 0
 
+    @pytest.mark.openreg_only  # openreg's names, capacity and strict memory
     def test_properties(self):
         p = torch.openreg.get_device_properties(1)
         assert p.name == "OpenReg Simulated Device 1"
@@ -69,24 +73,25 @@ class TestDeviceBasics:
         assert "OpenReg Simulated Device 1" in repr(p)
 
     def test_initialized(self):
-        torch.empty(1, device="openreg")
-        assert torch.openreg.is_initialized()
+        torch.empty(1, device=DEVICE)
+        assert target.device_module.is_initialized()
 
     @pytest.mark.parametrize("form, index", [
-        (lambda: torch.openreg.synchronize(), 0),
-        (lambda: torch.openreg.synchronize(1), 1),
-        (lambda: torch.openreg.synchronize("openreg:1"), 1),
-        (lambda: torch.openreg.synchronize(torch.device("openreg", 1)), 1),
+        (lambda: target.device_module.synchronize(), 0),
+        (lambda: target.device_module.synchronize(1), 1),
+        (lambda: target.device_module.synchronize(device(1)), 1),
+        (lambda: target.device_module.synchronize(torch.device(DEVICE, 1)), 1),
         (lambda: torch.accelerator.synchronize(), 0),
         (lambda: torch.accelerator.synchronize(1), 1),
-    ], ids=["openreg()", "openreg(1)", "openreg('openreg:1')", "openreg(device)",
+    ], ids=["module()", "module(1)", "module('device:1')", "module(device)",
             "accelerator()", "accelerator(1)"])
+    @pytest.mark.openreg_only  # openreg's private _sleep makes the stream busy
     def test_synchronize_all_forms(self, form, index):
         # Every form waits for the work queued on every stream of the device it
         # names (here a side stream, busy for 100 ms of device time).
-        side = torch.openreg.Stream(device=index)
-        with torch.openreg.stream(side):
-            torch.openreg._sleep(100_000)
+        side = target.device_module.Stream(device=index)
+        with target.device_module.stream(side):
+            target.device_module._sleep(100_000)
         assert not side.query()
         form()
         assert side.query()
@@ -96,38 +101,43 @@ class TestDeviceBasics:
 @pytest.mark.smoke
 class TestInvalidDevices:
     @pytest.mark.parametrize("index", [2, 7, 100])
+    @pytest.mark.openreg_only  # openreg's message
     def test_set_device_out_of_range(self, index):
         with pytest.raises(RuntimeError, match=f"Invalid openreg device index {index}: 2 openreg"):
             torch.openreg.set_device(index)
         assert torch.openreg.current_device() == 0
 
+    @pytest.mark.openreg_only  # openreg's message
     def test_tensor_on_missing_device(self):
         with pytest.raises(RuntimeError, match="Invalid openreg device index 5"):
             torch.empty(3, device="openreg:5")
 
+    @pytest.mark.openreg_only  # openreg's message
     def test_device_context_out_of_range(self):
         with pytest.raises(RuntimeError, match="Invalid openreg device index 3"):
             with torch.openreg.device(3):
                 pass
         assert torch.openreg.current_device() == 0
 
+    @pytest.mark.openreg_only  # openreg's message
     def test_wrong_device_type(self):
         with pytest.raises(ValueError, match="Expected an openreg device, but got: cpu"):
             torch.openreg.get_device_properties("cpu")
 
     def test_mixing_devices_in_one_op(self):
-        a = torch.ones(2, device="openreg:0")
-        b = torch.ones(2, device="openreg:1")
+        a = torch.ones(2, device=device(0))
+        b = torch.ones(2, device=device(1))
         with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
             torch.atan2(a, b)
 
     def test_process_keeps_working(self):
         with pytest.raises(RuntimeError):
-            torch.empty(3, device="openreg:9")
-        assert torch.ones(3, device="openreg").sum().item() == 3
+            torch.empty(3, device=device(9))
+        assert torch.ones(3, device=DEVICE).sum().item() == 3
 
 
 @pytest.mark.device
+@pytest.mark.openreg_only  # openreg's configuration variables
 class TestConfiguration:
     def test_device_count_from_environment(self):
         r = run_python("import torch; print(torch.openreg.device_count(), torch.openreg.get_device_properties(2).total_memory)",
@@ -149,6 +159,7 @@ class TestConfiguration:
 
 
 @pytest.mark.device
+@pytest.mark.openreg_only  # torch_openreg's own command
 class TestSmi:
     def test_python_m_torch_openreg(self):
         r = subprocess.run([sys.executable, "-m", "torch_openreg"], capture_output=True, text=True,
@@ -160,6 +171,7 @@ class TestSmi:
 
 
 @pytest.mark.device
+@pytest.mark.openreg_only  # the torch_openreg package and its autoload entry point
 class TestAutoload:
     def test_import_torch_loads_the_backend(self):
         r = run_python("import sys, torch; print('torch_openreg' in sys.modules, torch.device('openreg:1'))",

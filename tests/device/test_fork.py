@@ -5,10 +5,12 @@ import multiprocessing as mp
 import pytest
 import torch
 
+from tests.target import DEVICE
+
 
 def _child_new_tensor(q):
     try:
-        torch.ones(2, device="openreg")
+        torch.ones(2, device=DEVICE)
         q.put("no error")
     except Exception as e:  # noqa: BLE001
         q.put(f"{type(e).__name__}: {e}")
@@ -36,6 +38,7 @@ class TestForkPoisoning:
         p.join(timeout=60)
         return out
 
+    @pytest.mark.openreg_only  # openreg's wording of CUDA's message
     def test_new_device_work_in_forked_child(self):
         torch.ones(1, device="openreg")  # initialise in the parent
         out = self.run(_child_new_tensor)
@@ -44,6 +47,7 @@ class TestForkPoisoning:
             "with multiprocessing, you must use the 'spawn' start method"
         )
 
+    @pytest.mark.openreg_only  # the message of openreg's runtime
     def test_inherited_tensor_in_forked_child(self):
         t = torch.ones(2, device="openreg")
         out = self.run(_child_existing_tensor, t)
@@ -51,5 +55,5 @@ class TestForkPoisoning:
         assert "forked child" in out and "'spawn'" in out
 
     def test_cpu_work_in_forked_child_is_fine(self):
-        torch.ones(1, device="openreg")
+        torch.ones(1, device=DEVICE)
         assert self.run(_child_cpu_only) == "2.0"

@@ -5,16 +5,18 @@ import gc
 import pytest
 import torch
 
+from tests import target
 from tests._subprocess import run_python
+from tests.target import DEVICE, device
 
 MB = 1 << 20
 
 
 def fresh():
     gc.collect()
-    torch.openreg.synchronize()
-    torch.openreg.empty_cache()
-    torch.openreg.reset_peak_memory_stats()
+    target.device_module.synchronize()
+    target.device_module.empty_cache()
+    target.device_module.reset_peak_memory_stats()
 
 
 @pytest.mark.device
@@ -22,49 +24,50 @@ def fresh():
 class TestAllocationStats:
     def test_allocated_tracks_tensors(self):
         fresh()
-        base = torch.openreg.memory_allocated()
-        a = torch.empty(1000, dtype=torch.float32, device="openreg")  # 4000 B -> 4096 B block
-        assert torch.openreg.memory_allocated() == base + 4096
-        b = torch.empty(3 * MB, dtype=torch.uint8, device="openreg")  # large pool
-        assert torch.openreg.memory_allocated() == base + 4096 + 3 * MB
-        stats = torch.openreg.memory_stats()
+        base = target.device_module.memory_allocated()
+        a = torch.empty(1000, dtype=torch.float32, device=DEVICE)  # 4000 B -> 4096 B block
+        assert target.device_module.memory_allocated() == base + 4096
+        b = torch.empty(3 * MB, dtype=torch.uint8, device=DEVICE)  # large pool
+        assert target.device_module.memory_allocated() == base + 4096 + 3 * MB
+        stats = target.device_module.memory_stats()
         assert stats["allocated_bytes.small_pool.current"] >= 4096
         assert stats["allocated_bytes.large_pool.current"] >= 3 * MB
         assert stats["allocation.all.current"] >= 2
         del a, b
-        assert torch.openreg.memory_allocated() == base
+        assert target.device_module.memory_allocated() == base
 
     def test_peak_and_reset(self):
         fresh()
-        base = torch.openreg.memory_allocated()
-        x = torch.empty(8 * MB, dtype=torch.uint8, device="openreg")
+        base = target.device_module.memory_allocated()
+        x = torch.empty(8 * MB, dtype=torch.uint8, device=DEVICE)
         del x
-        assert torch.openreg.max_memory_allocated() >= base + 8 * MB
-        torch.openreg.reset_peak_memory_stats()
-        assert torch.openreg.max_memory_allocated() == torch.openreg.memory_allocated()
+        assert target.device_module.max_memory_allocated() >= base + 8 * MB
+        target.device_module.reset_peak_memory_stats()
+        assert target.device_module.max_memory_allocated() == target.device_module.memory_allocated()
 
     def test_reserved_includes_cache_and_empty_cache_releases(self):
         fresh()
-        reserved0 = torch.openreg.memory_reserved()
-        x = torch.empty(30 * MB, dtype=torch.uint8, device="openreg")
-        assert torch.openreg.memory_reserved() >= reserved0 + 30 * MB
+        reserved0 = target.device_module.memory_reserved()
+        x = torch.empty(30 * MB, dtype=torch.uint8, device=DEVICE)
+        assert target.device_module.memory_reserved() >= reserved0 + 30 * MB
         del x
-        assert torch.openreg.memory_reserved() >= reserved0 + 30 * MB  # cached
-        torch.openreg.empty_cache()
-        assert torch.openreg.memory_reserved() == reserved0
+        assert target.device_module.memory_reserved() >= reserved0 + 30 * MB  # cached
+        target.device_module.empty_cache()
+        assert target.device_module.memory_reserved() == reserved0
 
     def test_free_block_is_reused(self):
         fresh()
-        x = torch.empty(2048, device="openreg")
+        x = torch.empty(2048, device=DEVICE)
         ptr = x.data_ptr()
         del x
-        y = torch.empty(2048, device="openreg")
+        y = torch.empty(2048, device=DEVICE)
         assert y.data_ptr() == ptr
-        segments = torch.openreg.memory_stats()["segment.all.current"]
-        z = torch.empty(16, device="openreg")  # split from the same 2 MiB segment
-        assert torch.openreg.memory_stats()["segment.all.current"] == segments
+        segments = target.device_module.memory_stats()["segment.all.current"]
+        z = torch.empty(16, device=DEVICE)  # split from the same 2 MiB segment
+        assert target.device_module.memory_stats()["segment.all.current"] == segments
         assert z.data_ptr() != y.data_ptr()
 
+    @pytest.mark.openreg_only  # openreg's capacity (4 GiB)
     def test_accelerator_api_agrees(self):
         fresh()
         x = torch.ones(1234, device="openreg:1")
@@ -77,23 +80,24 @@ class TestAllocationStats:
 
     def test_devices_are_accounted_separately(self):
         fresh()
-        before0 = torch.openreg.memory_allocated(0)
-        x = torch.empty(MB, dtype=torch.uint8, device="openreg:1")
-        assert torch.openreg.memory_allocated(0) == before0
-        assert torch.openreg.memory_allocated(1) >= MB
+        before0 = target.device_module.memory_allocated(0)
+        x = torch.empty(MB, dtype=torch.uint8, device=device(1))
+        assert target.device_module.memory_allocated(0) == before0
+        assert target.device_module.memory_allocated(1) >= MB
         del x
 
     def test_kernel_outputs_are_device_memory(self):
         fresh()
-        a = torch.randn(1000, device="openreg")
-        before = torch.openreg.memory_allocated()
-        b = a * 2  # produced by a CPU kernel running on device memory
-        assert b.device.type == "openreg"
-        assert torch.openreg.memory_allocated() == before + 4096
-        assert torch.openreg.get_device_properties(0).name
+        a = torch.randn(1000, device=DEVICE)
+        before = target.device_module.memory_allocated()
+        b = a * 2  # produced by a kernel (on openreg, a CPU kernel running on device memory)
+        assert b.device.type == DEVICE
+        assert target.device_module.memory_allocated() == before + 4096
+        assert target.device_module.get_device_properties(0).name
 
 
 @pytest.mark.device
+@pytest.mark.openreg_only  # openreg's message, capacity and OPENREG_DEVICE_MEMORY
 class TestOutOfMemory:
     def test_oom_raises_and_process_recovers(self):
         fresh()
@@ -147,22 +151,23 @@ print(a[-100:].sum().item())
 
 
 @pytest.mark.device
+@pytest.mark.openreg_only  # openreg's private _sleep makes the stream busy
 class TestRecordStream:
     def test_block_not_reused_until_other_stream_done(self):
         fresh()
-        s = torch.openreg.Stream()
-        x = torch.empty(4096, device="openreg")
+        s = target.device_module.Stream()
+        x = torch.empty(4096, device=DEVICE)
         ptr = x.data_ptr()
-        with torch.openreg.stream(s):
-            torch.openreg._sleep(100_000)  # s is busy for 100 ms
+        with target.device_module.stream(s):
+            target.device_module._sleep(100_000)  # s is busy for 100 ms
         x.record_stream(s)
         del x
-        y = torch.empty(4096, device="openreg")
+        y = torch.empty(4096, device=DEVICE)
         assert y.data_ptr() != ptr  # still in use by s
         s.synchronize()
         del y
-        z = torch.empty(4096, device="openreg")
-        w = torch.empty(4096, device="openreg")
+        z = torch.empty(4096, device=DEVICE)
+        w = torch.empty(4096, device=DEVICE)
         assert ptr in (z.data_ptr(), w.data_ptr())
 
 
@@ -184,21 +189,21 @@ class TestPinnedMemory:
 
     def test_device_tensor_cannot_be_pinned(self):
         with pytest.raises(RuntimeError, match="Only dense CPU tensors can be pinned"):
-            torch.empty(3, device="openreg", pin_memory=True)
+            torch.empty(3, device=DEVICE, pin_memory=True)
 
 
-STRICT_READ = """
+@pytest.mark.device
+@pytest.mark.openreg_only  # openreg's strict memory (OPENREG_STRICT_MEMORY)
+class TestStrictMemory:
+    STRICT_READ = """
 import ctypes, torch
 t = torch.full((4,), 7.0, device='openreg')
 print(hex(t.data_ptr()), flush=True)
 print(ctypes.c_float.from_address(t.data_ptr()).value, flush=True)
 """
 
-
-@pytest.mark.device
-class TestStrictMemory:
     def test_host_read_of_device_pointer_faults_with_diagnostic(self):
-        r = run_python(STRICT_READ, timeout=120)
+        r = run_python(self.STRICT_READ, timeout=120)
         assert r.returncode == -11, (r.returncode, r.stderr)
         addr = int(r.stdout.split()[0], 16)
         assert "illegal host access to device memory at address" in r.stderr
@@ -206,7 +211,7 @@ class TestStrictMemory:
         assert "device openreg:0" in r.stderr
 
     def test_read_succeeds_with_strict_mode_off(self):
-        r = run_python(STRICT_READ, env={"OPENREG_STRICT_MEMORY": "0"}, timeout=120)
+        r = run_python(self.STRICT_READ, env={"OPENREG_STRICT_MEMORY": "0"}, timeout=120)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split()[1] == "7.0"
 

@@ -1,5 +1,5 @@
-"""torch.save / torch.load with openreg tensors, modules and optimizers;
-map_location; the openreg backend metadata (format tag); loading a checkpoint
+"""torch.save / torch.load with device tensors, modules and optimizers;
+map_location; openreg's backend metadata (format tag); loading a checkpoint
 in a process with fewer devices."""
 
 import io
@@ -8,13 +8,42 @@ import json
 import pytest
 import torch
 import torch.nn as nn
-import torch_openreg
 
+from tests import target
 from tests._subprocess import run_python
+from tests.target import DEVICE, device
 
-DEV = "openreg"
-set_meta = torch_openreg._C._set_backend_meta
-get_meta = torch_openreg._C._get_backend_meta
+DEV = DEVICE
+
+
+@pytest.mark.openreg_only  # a helper of the openreg-only tests
+def set_meta(tensor, fmt):
+    """Set openreg's backend metadata (a format tag), through torch_openreg._C."""
+    import torch_openreg
+    return torch_openreg._C._set_backend_meta(tensor, fmt)
+
+
+@pytest.mark.openreg_only  # a helper of the openreg-only tests
+def get_meta(tensor):
+    """openreg's backend metadata (a format tag) of ``tensor``, or None."""
+    import torch_openreg
+    return torch_openreg._C._get_backend_meta(tensor)
+
+
+class OnDevice:
+    """``torch.device(DEVICE, index)`` in a parametrization, made when the test
+    runs: at collection, a device name this process does not know (``--device
+    NAME`` for a backend that is not installed) would be an import error."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def __repr__(self):
+        return f"OnDevice({self.index})"
+
+
+def resolve(map_location):
+    return torch.device(DEVICE, map_location.index) if isinstance(map_location, OnDevice) else map_location
 
 
 def round_trip(obj, **load_kwargs):
@@ -29,9 +58,9 @@ def round_trip(obj, **load_kwargs):
 class TestSaveLoadQuick:
     def test_tensor_round_trip_keeps_device_values_and_sharing(self):
         cpu = torch.randn(4, 5)
-        x = cpu.to("openreg:1")
+        x = cpu.to(device(1))
         out = round_trip({"x": x, "row": x[2], "t": x.t()})
-        assert out["x"].device == torch.device("openreg", 1)
+        assert out["x"].device == torch.device(DEVICE, 1)
         assert torch.equal(out["x"].cpu(), cpu)
         assert torch.equal(out["row"].cpu(), cpu[2])
         assert torch.equal(out["t"].cpu(), cpu.t())
@@ -41,6 +70,7 @@ class TestSaveLoadQuick:
         out["row"].fill_(0)
         assert out["x"].cpu()[2].eq(0).all()
 
+    @pytest.mark.openreg_only  # openreg's backend metadata
     def test_backend_meta_round_trip(self):
         x = torch.randn(3, device=DEV)
         set_meta(x, "nc8hw")
@@ -55,25 +85,26 @@ class TestMapLocation:
     @pytest.mark.parametrize(
         "map_location, expected",
         [
-            (None, "openreg:1"),
+            (None, device(1)),
             ("cpu", "cpu"),
-            ("openreg", "openreg:0"),  # the current device
-            ("openreg:0", "openreg:0"),
-            ("openreg:1", "openreg:1"),
-            (torch.device("openreg", 0), "openreg:0"),
+            (DEVICE, device(0)),  # the current device
+            (device(0), device(0)),
+            (device(1), device(1)),
+            (OnDevice(0), device(0)),
             (torch.device("cpu"), "cpu"),
-            ({"openreg:1": "openreg:0"}, "openreg:0"),
-            ({"openreg:1": "cpu"}, "cpu"),
-            (lambda storage, loc: storage, "cpu"),                    # callable: keep on CPU
-            (lambda storage, loc: storage.openreg(0), "openreg:0"),   # callable: move itself
-            (lambda storage, loc: None, "openreg:1"),                 # None: default placement
+            ({device(1): device(0)}, device(0)),
+            ({device(1): "cpu"}, "cpu"),
+            (lambda storage, loc: storage, "cpu"),                         # callable: keep on CPU
+            (lambda storage, loc: getattr(storage, DEVICE)(0), device(0)),  # callable: move itself
+            (lambda storage, loc: None, device(1)),                        # None: default placement
         ],
-        ids=["none", "cpu", "openreg", "openreg0", "openreg1", "device0", "cpu-device",
-             "dict-openreg", "dict-cpu", "callable-cpu", "callable-openreg", "callable-none"],
+        ids=["none", "cpu", "device", "device0", "device1", "torch-device0", "cpu-device",
+             "dict-device", "dict-cpu", "callable-cpu", "callable-device", "callable-none"],
     )
     def test_map_location(self, map_location, expected):
+        map_location = resolve(map_location)
         cpu = torch.randn(2, 3)
-        out = round_trip({"a": cpu.to("openreg:1"), "b": torch.arange(4, device="openreg:1")},
+        out = round_trip({"a": cpu.to(device(1)), "b": torch.arange(4, device=device(1))},
                          map_location=map_location)
         assert out["a"].device == torch.device(expected)
         assert out["b"].device == torch.device(expected)
@@ -81,13 +112,13 @@ class TestMapLocation:
         assert torch.equal(out["b"].cpu(), torch.arange(4))
 
     def test_unindexed_location_means_current_device(self):
-        x = torch.ones(2, device="openreg:0")
-        with torch.openreg.device(1):
-            assert round_trip(x, map_location="openreg").device == torch.device("openreg", 1)
+        x = torch.ones(2, device=device(0))
+        with target.device_module.device(1):
+            assert round_trip(x, map_location=DEVICE).device == torch.device(DEVICE, 1)
 
     def test_cpu_checkpoint_to_openreg(self):
-        out = round_trip(torch.arange(5.0), map_location="openreg:1")
-        assert out.device == torch.device("openreg", 1)
+        out = round_trip(torch.arange(5.0), map_location=device(1))
+        assert out.device == torch.device(DEVICE, 1)
         assert out.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64,
@@ -115,7 +146,7 @@ class TestMapLocation:
         assert torch.equal(out["tail"].cpu(), base.detach()[3:7])
 
     def test_legacy_format_and_mmap(self, tmp_path):
-        x = torch.randn(4, device="openreg:1")
+        x = torch.randn(4, device=device(1))
         buf = io.BytesIO()
         torch.save(x, buf, _use_new_zipfile_serialization=False)
         buf.seek(0)
@@ -125,16 +156,17 @@ class TestMapLocation:
         y = torch.load(path, mmap=True)
         assert y.device == x.device and torch.equal(y.cpu(), x.cpu())
 
+    @pytest.mark.openreg_only  # openreg's private _sleep makes the stream busy
     def test_save_waits_for_queued_device_work(self):
-        s = torch.openreg.Stream()
+        s = target.device_module.Stream()
         x = torch.zeros(1000, device=DEV)
         ones = torch.ones(1000).pin_memory()
-        with torch.openreg.stream(s):
-            torch.openreg._sleep(20_000)          # the stream is busy for 20 ms
+        with target.device_module.stream(s):
+            target.device_module._sleep(20_000)   # the stream is busy for 20 ms
             x.copy_(ones, non_blocking=True)      # an async copy queued behind it
         # torch.save copies through the current stream, as on CUDA; ordering
         # it after s is the caller's job, and then the copy sees the result.
-        torch.openreg.current_stream().wait_stream(s)
+        target.device_module.current_stream().wait_stream(s)
         assert not s.query()
         assert round_trip(x, map_location="cpu").eq(1).all()
 
@@ -161,12 +193,12 @@ class TestModulesAndOptimizers:
     def test_state_dict_to_another_device(self):
         model = make_model().to(DEV)
         sd = round_trip(model.state_dict())
-        assert all(v.device == torch.device("openreg", 0) for v in sd.values())
-        other = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2)).to("openreg:1")
+        assert all(v.device == torch.device(DEVICE, 0) for v in sd.values())
+        other = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2)).to(device(1))
         other.load_state_dict(sd)
-        assert all(p.device == torch.device("openreg", 1) for p in other.parameters())
+        assert all(p.device == torch.device(DEVICE, 1) for p in other.parameters())
         x = torch.randn(3, 5)
-        torch.testing.assert_close(other(x.to("openreg:1")).cpu(), model(x.to(DEV)).cpu())
+        torch.testing.assert_close(other(x.to(device(1))).cpu(), model(x.to(DEV)).cpu())
 
     def test_whole_module_pickle(self):
         model = make_model().to(DEV)
@@ -190,28 +222,29 @@ class TestModulesAndOptimizers:
         model = make_model().to(DEV)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2, **opt_kwargs)
         train(model, opt, data[:3], DEV)
-        # A dict maps only openreg:0 storages; a CPU `step` stays on the CPU
-        # (map_location="openreg:1" would move it too).
+        # A dict maps only device 0's storages; a CPU `step` stays on the CPU
+        # (map_location=device(1) would move it too).
         ckpt = round_trip({"model": model.state_dict(), "opt": opt.state_dict()},
-                          map_location={"openreg:0": "openreg:1"})
+                          map_location={device(0): device(1)})
         state = ckpt["opt"]["state"][0]
-        assert state["exp_avg"].device == torch.device("openreg", 1)
+        assert state["exp_avg"].device == torch.device(DEVICE, 1)
         # step is a CPU scalar unless capturable/fused, which keep it on the device.
         on_device = bool(opt_kwargs.get("capturable") or opt_kwargs.get("fused"))
-        assert state["step"].device == (torch.device("openreg", 1) if on_device else torch.device("cpu"))
+        assert state["step"].device == (torch.device(DEVICE, 1) if on_device else torch.device("cpu"))
         assert state["step"].item() == 3.0
 
-        resumed = make_model().to("openreg:1")
+        resumed = make_model().to(device(1))
         resumed.load_state_dict(ckpt["model"])
         resumed_opt = torch.optim.Adam(resumed.parameters(), lr=1e-2, **opt_kwargs)
         resumed_opt.load_state_dict(ckpt["opt"])
-        train(resumed, resumed_opt, data[3:], "openreg:1")
+        train(resumed, resumed_opt, data[3:], device(1))
         for p, q in zip(ref.parameters(), resumed.parameters()):
             torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-5, atol=1e-6)
         assert resumed_opt.state[resumed[0].weight]["step"].item() == 5.0
 
 
 @pytest.mark.device
+@pytest.mark.openreg_only  # openreg's backend metadata (torch_openreg._C) and its messages
 class TestBackendMeta:
     def test_set_get_clear(self):
         x = torch.zeros(4, device=DEV)
@@ -245,9 +278,10 @@ class TestBackendMeta:
         whole = round_trip(model, weights_only=False)
         assert get_meta(whole[0].weight) == "nc8"
 
-    @pytest.mark.parametrize("map_location", [None, "openreg:0", "openreg:1", torch.device("openreg", 1),
+    @pytest.mark.parametrize("map_location", [None, "openreg:0", "openreg:1", OnDevice(1),
                                               {"openreg:0": "openreg:1"}])
     def test_survives_any_openreg_placement(self, map_location):
+        map_location = resolve(map_location)
         x = torch.randn(3, device="openreg:0")
         set_meta(x, "fmt-2.a")
         y = round_trip(x, map_location=map_location)
@@ -284,18 +318,19 @@ class TestBackendMeta:
         assert get_meta(x) == "ok"
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ckpt") / "on_openreg1.pt"
-    t = torch.arange(4.0, device="openreg:1")
-    set_meta(t, "nc8")
-    torch.save({"t": t}, path)
-    return str(path)
-
-
 @pytest.mark.device
+@pytest.mark.openreg_only  # OPENREG_DEVICE_COUNT, openreg's messages and backend metadata
 class TestFewerDevices:
     """A checkpoint saved on openreg:1, loaded where there is no openreg:1."""
+
+    @pytest.fixture(scope="module")
+    @classmethod
+    def ckpt(cls, tmp_path_factory):
+        path = tmp_path_factory.mktemp("ckpt") / "on_openreg1.pt"
+        t = torch.arange(4.0, device="openreg:1")
+        set_meta(t, "nc8")
+        torch.save({"t": t}, path)
+        return str(path)
 
     LOAD = """
 import json, torch, torch_openreg
