@@ -1,8 +1,11 @@
 """Shared helpers for tests/compile (not a test module)."""
 
+import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._inductor.utils import run_and_get_code
+
+from tests.target import IS_OPENREG
 
 
 def compile_and_run(fn, *args, **compile_kwargs):
@@ -15,8 +18,20 @@ def compile_and_run(fn, *args, **compile_kwargs):
     return result, codes, counter
 
 
+def assert_inductor_code(codes):
+    """Inductor generated the wrapper that ran (any device); on openreg, also
+    what its Inductor backend generates (assert_openreg_code). The joined code."""
+    code = "\n".join(codes)
+    assert codes and "def call(" in code, code
+    if IS_OPENREG:
+        assert_openreg_code(codes)
+    return code
+
+
+@pytest.mark.openreg_only
 def assert_openreg_code(codes):
-    """The generated wrapper defines and launches openreg C++ kernels."""
+    """The generated wrapper defines and launches openreg C++ kernels (the code
+    of openreg's Inductor backend)."""
     code = "\n".join(codes)
     assert "openreg_compile(async_compile, 'cpp_" in code, code
     assert "device='openreg:" in code or "empty_strided" not in code, code

@@ -10,6 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.compile
+@pytest.mark.openreg_only
 class TestCompileExample:
     def test_example_runs_and_matches(self):
         r = subprocess.run([sys.executable, str(ROOT / "examples" / "compile_model.py")],

@@ -8,8 +8,9 @@ import torch
 import torch.nn as nn
 
 from tests._subprocess import run_python
+from tests.target import DEVICE, device
 
-from ._helpers import assert_openreg_code, compile_and_run
+from ._helpers import assert_inductor_code, compile_and_run
 
 
 def close(a, b, tol=1e-5):
@@ -28,7 +29,7 @@ class TestGuards:
         f = torch.compile(fn, backend=counter, fullgraph=True)
         for n in (4, 4, 6, 9, 13):  # automatic dynamic after the first change
             x = torch.randn(3, n)
-            close(f(x.to("openreg")), fn(x))
+            close(f(x.to(DEVICE)), fn(x))
         assert counter.frame_count == 2, counter.frame_count
 
     def test_dynamic_true_compiles_once(self):
@@ -37,7 +38,7 @@ class TestGuards:
         f = torch.compile(fn, backend=counter, dynamic=True)
         for n in (3, 5, 8):
             x = torch.randn(n, n + 1)
-            close(f(x.to("openreg")), fn(x))
+            close(f(x.to(DEVICE)), fn(x))
         assert counter.frame_count == 1
 
     def test_device_index_is_guarded(self):
@@ -45,37 +46,37 @@ class TestGuards:
         counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
         f = torch.compile(fn, backend=counter)
         x = torch.randn(4, 4)
-        y0 = f(x.to("openreg:0"))
-        y1 = f(x.to("openreg:1"))
-        assert y0.device == torch.device("openreg:0") and y1.device == torch.device("openreg:1")
+        y0 = f(x.to(device(0)))
+        y1 = f(x.to(device(1)))
+        assert y0.device == torch.device(device(0)) and y1.device == torch.device(device(1))
         close(y0, fn(x))
         close(y1, fn(x))
         assert counter.frame_count == 2  # a new device index recompiles
-        f(x.to("openreg:1"))
+        f(x.to(device(1)))
         assert counter.frame_count == 2
 
 
 @pytest.mark.compile
 class TestModes:
     def test_autocast_bf16(self):
-        m = nn.Linear(16, 16).to("openreg")
-        x = torch.randn(4, 16, device="openreg")
+        m = nn.Linear(16, 16).to(DEVICE)
+        x = torch.randn(4, 16, device=DEVICE)
 
         def step(x):
-            with torch.autocast("openreg", dtype=torch.bfloat16):
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
                 return m(x).relu() * 2
 
         out, codes, counter = compile_and_run(step, x, fullgraph=True)
-        assert_openreg_code(codes)
+        assert_inductor_code(codes)
         assert out.dtype == torch.bfloat16
         close(out.float(), step(x).float())
 
     def test_max_autotune_no_cudagraphs(self):
         a, b = torch.randn(64, 32), torch.randn(32, 16)
         f = lambda a, b: (a @ b).relu() + 1  # noqa: E731
-        out, codes, _ = compile_and_run(f, a.to("openreg"), b.to("openreg"),
+        out, codes, _ = compile_and_run(f, a.to(DEVICE), b.to(DEVICE),
                                         mode="max-autotune-no-cudagraphs")
-        assert_openreg_code(codes)
+        assert_inductor_code(codes)
         close(out, f(a, b), 1e-4)
 
     @pytest.mark.slow
@@ -83,8 +84,9 @@ class TestModes:
         code = (
             "import torch\n"
             "from torch._dynamo.utils import counters\n"
+            "from tests.target import DEVICE\n"
             "f = torch.compile(lambda x: (x.cos() * 3).sum(0) + 1)\n"
-            "x = torch.arange(12., device='openreg').reshape(3, 4)\n"
+            "x = torch.arange(12., device=DEVICE).reshape(3, 4)\n"
             "torch.testing.assert_close(f(x).cpu(), (x.cpu().cos() * 3).sum(0) + 1)\n"
             "print('hits', counters['inductor']['fxgraph_cache_hit'],"
             " 'misses', counters['inductor']['fxgraph_cache_miss'])\n")
@@ -103,10 +105,11 @@ class TestModes:
         code = (
             "import torch\n"
             "from torch._inductor.async_compile import get_compile_threads\n"
+            "from tests.target import DEVICE\n"
             "assert get_compile_threads() == 2\n"
             "f = torch.compile(lambda x, y: ((x + y).relu() @ y).sigmoid() * x.sum())\n"
             "x, y = torch.randn(8, 8), torch.randn(8, 8)\n"
-            "out = f(x.to('openreg'), y.to('openreg'))\n"
+            "out = f(x.to(DEVICE), y.to(DEVICE))\n"
             "torch.testing.assert_close(out.cpu(), ((x + y).relu() @ y).sigmoid() * x.sum())\n"
             "print('ok')\n")
         r = run_python(code, timeout=300, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path),

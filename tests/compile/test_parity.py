@@ -1,6 +1,7 @@
-"""Compiled equals eager: on openreg (eager openreg kernels) and on the CPU
+"""Compiled equals eager: on the device (its eager kernels) and on the CPU
 (the oracle), for inference and training, gradients included; and the code
-that ran was Inductor's openreg kernels, with no graph break or fallback."""
+that ran was Inductor's (on openreg: its backend's kernels), with no graph
+break or fallback."""
 
 import copy
 
@@ -9,9 +10,9 @@ import torch
 import torch.nn as nn
 from hypothesis import given, settings, strategies as st
 
-from torch_openreg.testing import recorded_kernels
+from tests.target import DEVICE
 
-from ._helpers import assert_openreg_code, compile_and_run, to
+from ._helpers import assert_inductor_code, compile_and_run, to
 
 UNARY = {"sin": torch.sin, "exp": lambda t: torch.exp(t.clamp(max=5)), "relu": torch.relu,
          "tanh": torch.tanh, "sigmoid": torch.sigmoid, "neg": torch.neg,
@@ -34,12 +35,12 @@ class TestKernels:
             return x
 
         x, y = torch.randn(n), torch.randn(n)
-        out, codes, counter = compile_and_run(chain, x.to("openreg"), y.to("openreg"),
+        out, codes, counter = compile_and_run(chain, x.to(DEVICE), y.to(DEVICE),
                                               dynamic=True)
-        assert_openreg_code(codes)
+        assert_inductor_code(codes)
         assert counter.frame_count == 1
-        close(out, chain(x.to("openreg"), y.to("openreg")))   # eager openreg
-        close(out, chain(x, y))                               # CPU oracle
+        close(out, chain(x.to(DEVICE), y.to(DEVICE)))   # eager, on the device
+        close(out, chain(x, y))                         # CPU oracle
 
     @pytest.mark.parametrize("op,dim", [("sum", 0), ("amax", 1), ("mean", -1), ("var", 0),
                                         ("softmax", 1), ("logsumexp", 0)])
@@ -47,17 +48,22 @@ class TestKernels:
         fn = {"softmax": lambda t: t.softmax(dim), "var": lambda t: t.var(dim),
               "logsumexp": lambda t: t.logsumexp(dim)}.get(op, lambda t: getattr(t, op)(dim))
         x = torch.randn(33, 17)
-        out, codes, _ = compile_and_run(fn, x.to("openreg"))
-        assert_openreg_code(codes)
-        close(out, fn(x.to("openreg")))
+        out, codes, _ = compile_and_run(fn, x.to(DEVICE))
+        assert_inductor_code(codes)
+        close(out, fn(x.to(DEVICE)))
         close(out, fn(x))
 
+    @pytest.mark.openreg_only
     def test_matmul_with_epilogue(self):
+        from torch_openreg.testing import recorded_kernels
+
+        from ._helpers import assert_openreg_code
+
         def fn(a, b, bias):
             return torch.nn.functional.gelu(a @ b + bias) * 2
 
         a, b, bias = torch.randn(64, 32), torch.randn(32, 48), torch.randn(48)
-        args = to((a, b, bias), "openreg")
+        args = to((a, b, bias), DEVICE)
         with recorded_kernels() as names:
             out, codes, _ = compile_and_run(fn, *args)
         code = assert_openreg_code(codes)
@@ -69,8 +75,11 @@ class TestKernels:
         assert any(n.startswith("cpp_fused") for n in names), names
         assert any("mm" in n for n in names), names
 
+    @pytest.mark.openreg_only
     def test_generated_kernels_run_as_device_kernels(self):
-        x = torch.randn(1000, device="openreg")
+        from torch_openreg.testing import recorded_kernels
+
+        x = torch.randn(1000, device=DEVICE)
         f = torch.compile(lambda t: (t * 2).sin() + 1)
         f(x)  # compile outside the trace
         with recorded_kernels() as names:
@@ -103,16 +112,16 @@ class TestModels:
         make, shape = MODELS[name]
         torch.manual_seed(0)
         cpu_model = make()
-        eager_model = copy.deepcopy(cpu_model).to("openreg")
-        model = copy.deepcopy(cpu_model).to("openreg")
+        eager_model = copy.deepcopy(cpu_model).to(DEVICE)
+        model = copy.deepcopy(cpu_model).to(DEVICE)
         x = torch.randn(*shape)
-        out, codes, counter = compile_and_run(model, x.to("openreg"))
+        out, codes, counter = compile_and_run(model, x.to(DEVICE))
         out.square().mean().backward()
-        ref = eager_model(x.to("openreg"))
+        ref = eager_model(x.to(DEVICE))
         ref.square().mean().backward()
         cpu = cpu_model(x)
         cpu.square().mean().backward()
-        assert_openreg_code(codes)
+        assert_inductor_code(codes)
         assert counter.frame_count == 1  # no graph break
         close(out, ref, 1e-4)
         close(out, cpu, 1e-4)
@@ -124,17 +133,20 @@ class TestModels:
     def test_inference_under_no_grad(self):
         torch.manual_seed(0)
         model = make_mlp().eval()
-        dev = copy.deepcopy(model).to("openreg")
+        dev = copy.deepcopy(model).to(DEVICE)
         x = torch.randn(8, 32)
         with torch.no_grad():
-            out, codes, _ = compile_and_run(dev, x.to("openreg"))
+            out, codes, _ = compile_and_run(dev, x.to(DEVICE))
             close(out, model(x), 1e-4)
-        assert_openreg_code(codes)
+        assert_inductor_code(codes)
 
 
 @pytest.mark.compile
 class TestFallback:
+    @pytest.mark.openreg_only
     def test_operator_without_lowering_runs_its_eager_openreg_kernel(self):
+        from torch_openreg.testing import recorded_kernels
+
         # aten.median has no Inductor lowering (a "fallback" kernel): the
         # compiled graph calls the eager openreg kernel for it and generates
         # kernels for the rest. Expected, and visible in the code and trace.
@@ -143,7 +155,7 @@ class TestFallback:
 
         x = torch.randn(16, 9)
         with recorded_kernels() as names:
-            out, codes, counter = compile_and_run(fn, x.to("openreg"))
+            out, codes, counter = compile_and_run(fn, x.to(DEVICE))
         code = "\n".join(codes)
         assert "torch.ops.aten.median.dim" in code, code
         assert any("median" in n for n in names), names

@@ -6,11 +6,13 @@ import pytest
 import torch._dynamo.testing
 import torch
 
-from torch_openreg.testing import recorded_kernels
+from tests import target
+from tests.target import DEVICE
 
 
 @pytest.mark.compile
 class TestStreamOrder:
+    @pytest.mark.openreg_only
     def test_compiled_kernel_waits_for_earlier_work_on_its_stream(self):
         f = torch.compile(lambda t: t * 2 + 1)
         dev = torch.zeros(1 << 16, device="openreg")
@@ -21,6 +23,7 @@ class TestStreamOrder:
         out = f(dev)                              # must run after both
         assert torch.equal(out.cpu(), torch.full((1 << 16,), 7.0))
 
+    @pytest.mark.openreg_only
     def test_compiled_kernels_run_on_the_current_stream(self):
         f = torch.compile(lambda t: t.sin() * 2)
         x = torch.randn(64, device="openreg")
@@ -37,29 +40,33 @@ class TestStreamOrder:
 @pytest.mark.compile
 class TestStreamsInCompiledCode:
     def test_stream_context_and_waits_compile_without_graph_break(self):
+        device_module = target.device_module
+
         def fn(x, s):
             y = x + 1
             # torch.accelerator.current_stream() is the form Dynamo turns
             # into a stream object it can order against (docs/compile.md).
             s.wait_stream(torch.accelerator.current_stream())
-            with torch.openreg.stream(s):
+            with device_module.stream(s):
                 z = y * 2
             torch.accelerator.current_stream().wait_stream(s)
             return z - 1
 
         counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
         f = torch.compile(fn, backend=counter, fullgraph=True)
-        x, s = torch.randn(100, device="openreg"), torch.openreg.Stream()
+        x, s = torch.randn(100, device=DEVICE), device_module.Stream()
         torch.testing.assert_close(f(x, s).cpu(), (x.cpu() + 1) * 2 - 1)
         assert counter.frame_count == 1
 
     def test_current_stream_inside_compiled_code(self):
-        f = torch.compile(lambda t: (t * 3, torch.openreg.current_stream()), fullgraph=True)
-        x = torch.randn(8, device="openreg")
+        device_module = target.device_module
+        f = torch.compile(lambda t: (t * 3, device_module.current_stream()), fullgraph=True)
+        x = torch.randn(8, device=DEVICE)
         y, s = f(x)
-        assert s == torch.openreg.current_stream()
+        assert s == device_module.current_stream()
         torch.testing.assert_close(y.cpu(), x.cpu() * 3)
 
+    @pytest.mark.openreg_only
     def test_creating_streams_inside_compiled_code_is_a_graph_break(self):
         # Known limitation (docs/compile.md): torch.openreg.Stream() runs
         # Python that Dynamo cannot trace; pass streams in instead.
@@ -74,7 +81,10 @@ class TestStreamsInCompiledCode:
 
 @pytest.mark.compile
 class TestTrace:
+    @pytest.mark.openreg_only
     def test_kernels_are_named_device_work_in_the_runtime_trace(self):
+        from torch_openreg.testing import recorded_kernels
+
         f = torch.compile(lambda a, b: (a @ b).relu().sum(1))
         a, b = torch.randn(16, 16, device="openreg"), torch.randn(16, 16, device="openreg")
         f(a, b)
@@ -83,6 +93,7 @@ class TestTrace:
         fused = [n for n in names if n.startswith("cpp_fused")]
         assert fused and any("mm" in n for n in names), names
 
+    @pytest.mark.openreg_only
     def test_compiled_kernels_in_a_profiler_trace(self):
         from torch.profiler import ProfilerActivity, profile
 

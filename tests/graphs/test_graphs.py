@@ -1,5 +1,8 @@
-"""Graph capture and replay through torch.accelerator.Graph and torch.openreg's
-graph API, with the CPU as the oracle (docs/graphs.md)."""
+"""Graph capture and replay through torch.accelerator.Graph and the device
+module's graph API (torch.cuda's: graph, make_graphed_callables,
+graph_pool_handle, is_current_stream_capturing), with the CPU as the oracle
+(docs/graphs.md). openreg's error messages, graph dump, activity names and
+stream sanitizer are openreg-only."""
 
 import gc
 import threading
@@ -8,30 +11,33 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-DEV = "openreg"
+from tests import target
+from tests.target import DEVICE
+
+DEV = DEVICE
 
 
 def fresh():
     gc.collect()
-    torch.openreg.synchronize()
-    torch.openreg.empty_cache()
+    target.device_module.synchronize()
+    target.device_module.empty_cache()
 
 
 def capture(fn, **graph_kwargs):
     """Capture fn() into a new graph on a side stream; (graph, fn's result)."""
-    g = torch.openreg.OpenRegGraph()
-    with torch.openreg.graph(g, **graph_kwargs):
+    g = torch.accelerator.Graph()
+    with target.device_module.graph(g, **graph_kwargs):
         out = fn()
     return g, out
 
 
 def sync_from_another_thread():
-    """torch.openreg.synchronize() on another thread; the errors it raised, as text."""
+    """The device module's synchronize() on another thread; the errors it raised, as text."""
     errors = []
 
     def other():
         try:
-            torch.openreg.synchronize()
+            target.device_module.synchronize()
         except RuntimeError as e:
             errors.append(str(e))
 
@@ -43,7 +49,7 @@ def sync_from_another_thread():
 
 
 def assert_invalidated(g):
-    """The capture failed and left nothing: no graph to replay."""
+    """The capture failed and left nothing: no graph to replay (openreg's message)."""
     with pytest.raises(RuntimeError, match="not captured"):
         g.replay()
 
@@ -93,6 +99,7 @@ class TestCaptureReplay:
         torch.testing.assert_close(y.cpu(), ((x_cpu + k) * x_cpu).relu().sqrt() - x_cpu.mean(0),
                                    equal_nan=True)
 
+    @pytest.mark.openreg_only
     def test_keep_graph_instantiate_and_debug_dump(self, tmp_path):
         x = torch.ones(4, device=DEV)
         g = torch.openreg.OpenRegGraph(keep_graph=True)
@@ -124,7 +131,7 @@ class TestCaptureReplay:
             try:
                 for _ in range(5):
                     g.replay()
-                torch.openreg.synchronize()
+                target.device_module.synchronize()
             except Exception as e:  # noqa: BLE001 (reported below)
                 errors.append(e)
 
@@ -137,13 +144,13 @@ class TestCaptureReplay:
 
     def test_fork_and_join_across_two_streams(self):
         x = torch.ones(32, device=DEV)
-        side = torch.openreg.Stream()
+        side = target.device_module.Stream()
 
         def work():
-            main = torch.openreg.current_stream()
+            main = target.device_module.current_stream()
             y = x * 2
             side.wait_stream(main)           # fork: side joins the capture
-            with torch.openreg.stream(side):
+            with target.device_module.stream(side):
                 z = y + 5                    # recorded on the side stream
             main.wait_stream(side)           # join
             return y, z, z * y
@@ -153,6 +160,7 @@ class TestCaptureReplay:
         g.replay()
         assert torch.equal(w.cpu(), torch.full((32,), 66.0))
 
+    @pytest.mark.openreg_only
     def test_a_forked_stream_must_join_back(self):
         x = torch.ones(32, device=DEV)
         side = torch.openreg.Stream()
@@ -172,6 +180,7 @@ class TestIllegalDuringCapture:
     """Each fails with an error naming capture, invalidates the capture and
     leaves no graph; the device works afterwards."""
 
+    @pytest.mark.openreg_only
     @pytest.mark.parametrize("call,match", [
         (lambda x: torch.openreg.synchronize(), "orDeviceSynchronize.*not permitted while stream"),
         (lambda x: torch.openreg.current_stream().synchronize(), "is capturing"),
@@ -209,9 +218,10 @@ class TestIllegalDuringCapture:
         g, _ = capture(work)
         host_in.add_(1)
         g.replay()
-        torch.openreg.synchronize()
+        target.device_module.synchronize()
         assert torch.equal(host_out, (torch.arange(16) + 1) * 2.0)
 
+    @pytest.mark.openreg_only
     def test_compiled_kernels_are_refused(self):
         f = torch.compile(lambda a: (a * 2).sin() + 1)
         a = torch.randn(8, device=DEV)
@@ -238,6 +248,7 @@ class TestIllegalDuringCapture:
         g2.replay()
         assert torch.equal(x.cpu(), torch.full((4,), 10.0))
 
+    @pytest.mark.openreg_only
     def test_thread_local_mode_allows_sync_from_another_thread(self):
         x = torch.ones(4, device=DEV)
         g = torch.openreg.OpenRegGraph()
@@ -250,6 +261,7 @@ class TestIllegalDuringCapture:
                                      capture_error_mode="thread_local"):
                 torch.openreg.synchronize()   # the capturing thread itself
 
+    @pytest.mark.openreg_only
     def test_global_mode_refuses_sync_from_another_thread(self):
         x = torch.ones(4, device=DEV)
         g = torch.openreg.OpenRegGraph()
@@ -264,19 +276,21 @@ class TestIllegalDuringCapture:
 
     def test_relaxed_mode_allows_sync_from_another_thread(self):
         x = torch.ones(4, device=DEV)
-        g = torch.openreg.OpenRegGraph()
-        with torch.openreg.graph(g, capture_error_mode="relaxed"):
+        g = torch.accelerator.Graph()
+        with target.device_module.graph(g, capture_error_mode="relaxed"):
             x.add_(1)
             errors = sync_from_another_thread()
         assert not errors
         g.replay()
         assert torch.equal(x.cpu(), torch.full((4,), 2.0))
 
+    @pytest.mark.openreg_only
     def test_default_stream_cannot_be_captured(self):
         g = torch.accelerator.Graph()
         with pytest.raises(RuntimeError, match="non-default stream"):
             g.capture_begin()
 
+    @pytest.mark.openreg_only
     def test_replay_before_capture_and_capture_twice(self):
         g = torch.openreg.OpenRegGraph()
         with pytest.raises(RuntimeError, match="not captured"):
@@ -293,11 +307,13 @@ class TestIllegalDuringCapture:
         g.replay()
         assert torch.equal(x.cpu(), torch.full((4,), 2.0))
 
+    @pytest.mark.openreg_only
     def test_debug_dump_needs_debug_mode(self, tmp_path):
         g, _ = capture(lambda: torch.ones(2, device=DEV) * 2)
         with pytest.raises(RuntimeError, match="enable_debug_mode"):
             g.debug_dump(str(tmp_path / "g.dot"))
 
+    @pytest.mark.openreg_only
     def test_unknown_capture_error_mode(self):
         with pytest.raises(ValueError, match="capture_error_mode"):
             torch.openreg.graph(torch.openreg.OpenRegGraph(), capture_error_mode="sometimes")
@@ -309,7 +325,7 @@ class TestMemoryPools:
         x = torch.ones(1024, device=DEV)
         g, y = capture(lambda: x * 2)
         pool = g.pool()
-        segments = torch.openreg.memory_snapshot()
+        segments = target.device_module.memory_snapshot()
         pools = {tuple(s["segment_pool_id"]) for s in segments}
         assert pool in pools and (0, 0) in pools
         owned = [s for s in segments if tuple(s["segment_pool_id"]) == pool]
@@ -318,8 +334,8 @@ class TestMemoryPools:
 
     def test_freed_during_capture_stays_reserved_and_reset_gives_it_back(self):
         fresh()
-        reserved0 = torch.openreg.memory_reserved()
-        allocated0 = torch.openreg.memory_allocated()
+        reserved0 = target.device_module.memory_reserved()
+        allocated0 = target.device_module.memory_allocated()
         x = torch.ones(4096, device=DEV)
 
         def work():
@@ -327,15 +343,15 @@ class TestMemoryPools:
             return tmp + 1       # ... but replay writes it again
         g, y = capture(work)
         fresh()
-        assert torch.openreg.memory_reserved() > reserved0  # the pool keeps its segment
+        assert target.device_module.memory_reserved() > reserved0  # the pool keeps its segment
         g.replay()
         assert torch.equal(y.cpu(), torch.full((4096,), 4.0))
         del y
         g.reset()
         del x
         fresh()
-        assert torch.openreg.memory_allocated() == allocated0
-        assert torch.openreg.memory_reserved() == reserved0
+        assert target.device_module.memory_allocated() == allocated0
+        assert target.device_module.memory_reserved() == reserved0
 
     def test_two_graphs_share_a_pool(self):
         fresh()
@@ -343,30 +359,30 @@ class TestMemoryPools:
         g1, y1 = capture(lambda: x + 1)
         g2, y2 = capture(lambda: y1 * 10, pool=g1.pool())
         assert g2.pool() == g1.pool()
-        handle = torch.openreg.graph_pool_handle()
+        handle = target.device_module.graph_pool_handle()
         g3, y3 = capture(lambda: y2 - 1, pool=handle)
         g4, y4 = capture(lambda: y3 * 2, pool=handle)
         assert g3.pool() == g4.pool() == handle != g1.pool()
         for g in (g1, g2, g3, g4):
             g.replay()
         assert torch.equal(y4.cpu(), torch.full((256,), 38.0))
-        pools = {tuple(s["segment_pool_id"]) for s in torch.openreg.memory_snapshot()}
+        pools = {tuple(s["segment_pool_id"]) for s in target.device_module.memory_snapshot()}
         assert {g1.pool(), handle} <= pools
         del y1, y2, y3, y4
         for g in (g1, g2, g3, g4):
             g.reset()
         fresh()
-        pools = {tuple(s["segment_pool_id"]) for s in torch.openreg.memory_snapshot()}
+        pools = {tuple(s["segment_pool_id"]) for s in target.device_module.memory_snapshot()}
         assert not pools & {g1.pool(), handle}
 
     def test_graph_destruction_gives_the_pool_back(self):
         fresh()
-        reserved0 = torch.openreg.memory_reserved()
+        reserved0 = target.device_module.memory_reserved()
         x = torch.ones(100_000, device=DEV)
         g, y = capture(lambda: x.exp())
         del g, y, x
         fresh()
-        assert torch.openreg.memory_reserved() == reserved0
+        assert target.device_module.memory_reserved() == reserved0
 
     def test_a_thousand_replays_keep_memory_flat(self):
         fresh()
@@ -374,13 +390,14 @@ class TestMemoryPools:
         w = torch.randn(64, 64, device=DEV)
         g, y = capture(lambda: torch.relu(x @ w).softmax(dim=1).sum(0))
         g.replay()
-        torch.openreg.synchronize()
-        allocated, reserved = torch.openreg.memory_allocated(), torch.openreg.memory_reserved()
+        target.device_module.synchronize()
+        allocated = target.device_module.memory_allocated()
+        reserved = target.device_module.memory_reserved()
         for _ in range(1000):
             g.replay()
-        torch.openreg.synchronize()
-        assert torch.openreg.memory_allocated() == allocated
-        assert torch.openreg.memory_reserved() == reserved
+        target.device_module.synchronize()
+        assert target.device_module.memory_allocated() == allocated
+        assert target.device_module.memory_reserved() == reserved
         torch.testing.assert_close(y.cpu(), torch.relu(x.cpu() @ w.cpu()).softmax(dim=1).sum(0))
 
 
@@ -392,7 +409,7 @@ class TestRandomness:
                                             torch.randn(64, device=DEV),
                                             torch.nn.functional.dropout(
                                                 torch.ones(64, device=DEV), 0.5)))
-            torch.openreg.manual_seed(1234)
+            target.device_module.manual_seed(1234)
             draws = []
             for _ in range(3):
                 g.replay()
@@ -408,10 +425,10 @@ class TestRandomness:
         # A replay after seeding draws what eager code drawing the same
         # amount at that point of the stream would (the generator moves on).
         g, u = capture(lambda: torch.rand(8, device=DEV))
-        torch.openreg.manual_seed(7)
+        target.device_module.manual_seed(7)
         g.replay()
         after_graph = torch.rand(8, device=DEV).cpu()
-        torch.openreg.manual_seed(7)
+        target.device_module.manual_seed(7)
         g.replay()
         assert torch.equal(torch.rand(8, device=DEV).cpu(), after_graph)
         assert not torch.equal(u.cpu(), after_graph)
@@ -426,15 +443,16 @@ class TestRandomness:
     ], ids=["poisson", "bernoulli", "multinomial", "randint", "randperm", "exponential"])
     def test_random_operators(self, draw):
         g, out = capture(draw)
-        torch.openreg.manual_seed(5)
+        target.device_module.manual_seed(5)
         g.replay()
         first = out.cpu()
         g.replay()
         assert not torch.equal(first, out.cpu())
-        torch.openreg.manual_seed(5)
+        target.device_module.manual_seed(5)
         g.replay()
         assert torch.equal(first, out.cpu())
 
+    @pytest.mark.openreg_only
     def test_seeding_while_capturing_is_refused(self):
         g = torch.openreg.OpenRegGraph()
         with pytest.raises(RuntimeError, match="while a graph is capturing"):
@@ -442,6 +460,7 @@ class TestRandomness:
                 torch.openreg.manual_seed(3)
         torch.openreg.synchronize()
 
+    @pytest.mark.openreg_only
     def test_another_generator_is_refused(self):
         gen = torch.Generator(device=DEV)
         g = torch.openreg.OpenRegGraph()
@@ -477,24 +496,24 @@ class TestTraining:
         static_target = torch.randn(16, 3, device=DEV)
         initial = [p.detach().clone() for p in model.parameters()]
 
-        s = torch.openreg.Stream()
-        s.wait_stream(torch.openreg.current_stream())
-        with torch.openreg.stream(s):
+        s = target.device_module.Stream()
+        s.wait_stream(target.device_module.current_stream())
+        with target.device_module.stream(s):
             for _ in range(3):
                 optimizer.zero_grad(set_to_none=True)
                 y_pred = model(static_input)
                 loss = loss_fn(y_pred, static_target)
                 loss.backward()
                 optimizer.step()
-        torch.openreg.current_stream().wait_stream(s)
+        target.device_module.current_stream().wait_stream(s)
         del y_pred, loss
         with torch.no_grad():
             for p, p0 in zip(model.parameters(), initial):
                 p.copy_(p0)
 
-        g = torch.openreg.OpenRegGraph()
+        g = torch.accelerator.Graph()
         optimizer.zero_grad(set_to_none=True)
-        with torch.openreg.graph(g):
+        with target.device_module.graph(g):
             static_y_pred = model(static_input)
             static_loss = loss_fn(static_y_pred, static_target)
             static_loss.backward()
@@ -518,7 +537,8 @@ class TestTraining:
             opt.step()
 
         model = _mlp(DEV)
-        graphed = torch.openreg.make_graphed_callables(model, (torch.randn(8, 12, device=DEV),))
+        graphed = target.device_module.make_graphed_callables(
+            model, (torch.randn(8, 12, device=DEV),))
         assert graphed is model
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         for x, y in data:
@@ -533,6 +553,7 @@ class TestTraining:
         torch.testing.assert_close(model(x.to(DEV)).detach().cpu(), ref.eval()(x).detach(),
                                    rtol=1e-5, atol=1e-6)
 
+    @pytest.mark.openreg_only
     def test_make_graphed_callables_for_functions_and_errors(self):
         w = torch.randn(5, 5, device=DEV, requires_grad=True)
 
@@ -559,6 +580,7 @@ class TestTraining:
 
 @pytest.mark.graphs
 class TestTools:
+    @pytest.mark.openreg_only
     def test_profiler_shows_the_replay_and_its_kernels(self):
         from torch.profiler import ProfilerActivity, profile
 
@@ -573,6 +595,7 @@ class TestTools:
         assert "orGraphLaunch" in names
         assert {"aten::add_", "aten::mul"} <= names
 
+    @pytest.mark.openreg_only
     def test_stream_sanitizer_checks_replays(self):
         torch.openreg.set_stream_sanitizer(True)
         try:
@@ -599,9 +622,9 @@ class TestTools:
             torch.openreg.set_stream_sanitizer(False)
 
     def test_current_stream_capturing(self):
-        assert not torch.openreg.is_current_stream_capturing()
+        assert not target.device_module.is_current_stream_capturing()
         seen = []
-        g = torch.openreg.OpenRegGraph()
-        with torch.openreg.graph(g):
-            seen.append(torch.openreg.is_current_stream_capturing())
-        assert seen == [True] and not torch.openreg.is_current_stream_capturing()
+        g = torch.accelerator.Graph()
+        with target.device_module.graph(g):
+            seen.append(target.device_module.is_current_stream_capturing())
+        assert seen == [True] and not target.device_module.is_current_stream_capturing()

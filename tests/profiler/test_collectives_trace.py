@@ -12,6 +12,7 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "pr
 
 
 @pytest.mark.profiler
+@pytest.mark.openreg_only
 class TestCollectiveActivities:
     def test_allreduce_kernel_carries_c10d_metadata(self):
         results = run_ranks(WORKER, 2, timeout=120)  # an absolute path: our own worker

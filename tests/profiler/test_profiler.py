@@ -1,5 +1,7 @@
-"""openreg device activity in torch.profiler (the Kineto plugin), the legacy
-device-time path (ProfilerStubs), range markers and memory profiling."""
+"""Device activity in torch.profiler (the backend's Kineto plugin), the legacy
+device-time path (ProfilerStubs), range markers and memory profiling. The names
+of openreg's activities (kernels named by their ATen operator, ``or*`` runtime
+calls) and torch_openreg.profiler are openreg's: those tests are openreg-only."""
 
 import gc
 import json
@@ -12,10 +14,10 @@ import torch.nn as nn
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-import torch_openreg
-from torch_openreg import profiler as orprof
+from tests import target
+from tests.target import DEVICE, device
 
-DEV = "openreg"
+DEV = DEVICE
 ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 
 
@@ -36,7 +38,7 @@ def train_step(m, opt):
 
 def device_events(prof):
     return [e for e in prof.events() if e.device_type == torch.device(DEV).type
-            or str(e.device_type).endswith("OPENREG")]
+            or str(e.device_type).endswith(DEVICE.upper())]
 
 
 def chrome_trace(prof, tmp_path):
@@ -59,6 +61,7 @@ def step_profile():
 @pytest.mark.profiler
 @pytest.mark.smoke
 class TestTrainingStepTrace:
+    @pytest.mark.openreg_only
     def test_kernels_for_the_model_ops(self, step_profile):
         kernels = [e for e in device_events(step_profile) if not e.name.startswith("or")]
         names = {e.name for e in kernels}
@@ -71,6 +74,7 @@ class TestTrainingStepTrace:
         stream = torch.openreg.current_stream()
         assert {e.device_resource_id for e in kernels} == {stream.native_id}
 
+    @pytest.mark.openreg_only
     def test_every_kernel_correlates_to_its_cpu_op(self, step_profile):
         events = step_profile.events()
         cpu_ids = {e.id: e for e in events if e.device_type == torch.autograd.DeviceType.CPU
@@ -88,6 +92,7 @@ class TestTrainingStepTrace:
         assert avg["aten::addmm"].self_device_time_total > 0
         assert all(e.device_time_total >= 0 and e.cpu_time_total >= 0 for e in avg.values())
 
+    @pytest.mark.openreg_only
     def test_chrome_trace_is_valid_json_with_flows(self, step_profile, tmp_path):
         trace = chrome_trace(step_profile, tmp_path)
         events = trace["traceEvents"]
@@ -110,6 +115,7 @@ class TestTrainingStepTrace:
 
 @pytest.mark.profiler
 class TestCopiesStreamsDevices:
+    @pytest.mark.openreg_only
     def test_copies_carry_bytes_and_kind(self, tmp_path):
         a = torch.randn(256)  # 1 KiB
         with profile(activities=ACTIVITIES) as prof:
@@ -124,6 +130,7 @@ class TestCopiesStreamsDevices:
         launches = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "privateuse1_runtime"}
         assert "orMemcpyAsync" in launches
 
+    @pytest.mark.openreg_only
     def test_memset_is_recorded(self, tmp_path):
         # torch.zeros on openreg fills with a kernel; a runtime memset shows up
         # through the runtime's own call, made by the test module.
@@ -137,6 +144,7 @@ class TestCopiesStreamsDevices:
         memsets = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_memset"]
         assert [e["args"]["bytes"] for e in memsets] == [4096]
 
+    @pytest.mark.openreg_only
     def test_two_streams_two_rows(self):
         s1, s2 = torch.openreg.Stream(), torch.openreg.Stream()
         x = torch.randn(64, 64, device=DEV)
@@ -151,10 +159,11 @@ class TestCopiesStreamsDevices:
         assert {stream for name, stream in rows if name == "aten::add"} == {s2.native_id}, rows
         del a, b
 
-    @pytest.mark.skipif(torch.openreg.device_count() < 2, reason="needs two openreg devices")
+    @pytest.mark.skipif(torch.accelerator.device_count() < 2,
+                        reason=f"needs two {DEVICE} devices")
     def test_two_devices_two_rows(self, tmp_path):
-        x0 = torch.randn(32, device="openreg:0")
-        x1 = torch.randn(32, device="openreg:1")
+        x0 = torch.randn(32, device=device(0))
+        x1 = torch.randn(32, device=device(1))
         with profile(activities=ACTIVITIES) as prof:
             (x0 * 2).sum()
             (x1 * 3).sum()
@@ -167,7 +176,10 @@ class TestCopiesStreamsDevices:
 
 @pytest.mark.profiler
 class TestRangesAndMarkers:
+    @pytest.mark.openreg_only
     def test_record_function_and_range_markers(self, tmp_path):
+        from torch_openreg import profiler as orprof
+
         x = torch.randn(32, 32, device=DEV)
         with profile(activities=ACTIVITIES) as prof:
             with record_function("my_block"):
@@ -185,7 +197,10 @@ class TestRangesAndMarkers:
         assert any(e.get("name") == "my_block" and e.get("cat") == "user_annotation"
                    for e in trace["traceEvents"])
 
+    @pytest.mark.openreg_only
     def test_push_pop_depths_and_errors(self):
+        from torch_openreg import profiler as orprof
+
         assert orprof.range_pop() == -1  # nothing open
         assert orprof.range_push("a") == 1
         assert orprof.range_push("b") == 2
@@ -218,6 +233,7 @@ class TestProfilerLifecycle:
         with open(tmp_path / "tb" / files[0]) as f:
             assert any(e.get("cat") == "kernel" for e in json.load(f)["traceEvents"])
 
+    @pytest.mark.openreg_only
     def test_nothing_recorded_outside_a_profile(self):
         x = torch.randn(16, device=DEV)
         with profile(activities=ACTIVITIES):
@@ -269,9 +285,9 @@ def _rss_kib() -> int:
 class TestLegacyPath:
     def test_use_device_openreg_reports_non_negative_device_time(self, recwarn):
         x = torch.randn(128, 128, device=DEV)
-        with torch.autograd.profiler.profile(use_device="openreg") as prof:
+        with torch.autograd.profiler.profile(use_device=DEVICE) as prof:
             y = (x @ x).relu()
-            torch.openreg.synchronize()
+            target.device_module.synchronize()
         del y
         events = prof.function_events
         assert events
@@ -299,7 +315,7 @@ class TestMemoryProfiling:
                      with_stack=True) as prof:
             train_step(m, opt)
         path = tmp_path / "timeline.json"
-        prof.export_memory_timeline(str(path), device="openreg:0")
+        prof.export_memory_timeline(str(path), device=device(0))
         with open(path) as f:
             times, sizes = json.load(f)
         assert len(times) == len(sizes) > 0
@@ -308,6 +324,7 @@ class TestMemoryProfiling:
 
 @pytest.mark.profiler
 class TestLaunchAnnotations:
+    @pytest.mark.openreg_only
     def test_annotation_becomes_activity_arguments(self, tmp_path):
         from torch_openreg import _runtime as rt
 

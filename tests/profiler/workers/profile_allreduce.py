@@ -9,6 +9,9 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
+# Only the openreg-only test_collectives_trace.py runs it (occl's activity names).
+openreg_only = True
+
 rank = int(os.environ["RANK"])
 dist.init_process_group("occl", device_id=torch.device("openreg", rank))
 t = torch.ones(1024, device=f"openreg:{rank}")
