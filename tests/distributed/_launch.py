@@ -12,9 +12,18 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests._subprocess import REPO, child_env
+from tests.target import DEVICE, DIST_BACKEND
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
+
+#: For device-generic tests that use the device's c10d backend
+#: (tests.target.DIST_BACKEND): skipped when the device has none.
+needs_dist_backend = pytest.mark.skipif(
+    DIST_BACKEND is None,
+    reason=f"no c10d backend for the device {DEVICE!r} (pass --dist-backend)")
 
 
 def free_port() -> int:

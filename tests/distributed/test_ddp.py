@@ -1,13 +1,19 @@
-"""DDP on openreg with occl, launched by torchrun: parameters after N steps
-equal a single-process full-batch run and DDP with gloo on the CPU
-(examples/ddp_train.py makes the comparison)."""
+"""DDP on the device under test with its c10d backend (tests.target). On
+openreg with occl, the repository's example under torchrun: parameters after
+N steps equal a single-process full-batch run and DDP with gloo on the CPU
+(examples/ddp_train.py makes the comparison). On any device: DDP's logging
+data has the device's forward, backward and communication times."""
 
 import pytest
 
-from ._launch import torchrun
+from ._launch import needs_dist_backend, torchrun
+
+pytestmark = needs_dist_backend
 
 
+# The example is openreg's (it names openreg and occl itself).
 @pytest.mark.distributed
+@pytest.mark.openreg_only
 class TestDDP:
     def test_ddp_example_under_torchrun(self):
         rc, out, err = torchrun("examples/ddp_train.py", 2, timeout=300)
@@ -19,16 +25,17 @@ DDP_TIMINGS = r"""
 import json, os, warnings
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("occl", rank=0, world_size=1)
+from tests.target import DEVICE, DIST_BACKEND
+dist.init_process_group(DIST_BACKEND, rank=0, world_size=1)
 torch.manual_seed(0)
 m = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    ddp = DDP(m.to("openreg"))
+    ddp = DDP(m.to(DEVICE))
     ddp._set_ddp_runtime_logging_sample_rate(1)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     for _ in range(4):
-        ddp(torch.randn(32, 64, device="openreg")).sum().backward()
+        ddp(torch.randn(32, 64, device=DEVICE)).sum().backward()
         opt.step()
         opt.zero_grad()
     data = ddp._get_ddp_logging_data()
@@ -41,9 +48,10 @@ dist.destroy_process_group()
 @pytest.mark.distributed
 class TestDDPTimer:
     def test_logging_data_has_device_times(self):
-        # c10d's TimerRegistry has an openreg timer (occl/c10d/ReducerTimer.cpp):
-        # DDP fills in forward, backward and communication times as on CUDA,
-        # and no longer warns that time stats are CPU and CUDA only.
+        # c10d's TimerRegistry has a timer for the device (openreg's:
+        # occl/c10d/ReducerTimer.cpp): DDP fills in forward, backward and
+        # communication times as on CUDA, and does not warn that time stats
+        # are CPU and CUDA only.
         import json
 
         from tests._subprocess import run_python

@@ -1,21 +1,23 @@
-"""DTensor random operators on openreg (workers/dtensor_random.py).
+"""DTensor random operators on the device under test (workers/dtensor_random.py;
+openreg unless tests.target says otherwise).
 
-On 4 ranks over occl (one launch, shared by the checks below): DTensor's
-OffsetBasedRNGTracker gives rank r's shard the Philox stream from
-b + (shard index x shard numel), and moves every rank's offset to
-b + numel rounded up to 4. openreg's generator keeps CUDA's rule (n elements
-drawn at offset b are stream positions b .. b+n-1), so each shard must equal
-the same op drawn on a plain openreg tensor from that offset, a Shard(0)
+On 4 ranks over the device's c10d backend (occl on openreg; one launch,
+shared by the checks below): DTensor's OffsetBasedRNGTracker gives rank r's
+shard the Philox stream from b + (shard index x shard numel), and moves every
+rank's offset to b + numel rounded up to 4. The device's generator keeps
+CUDA's rule (n elements drawn at offset b are stream positions b .. b+n-1),
+as openreg's does, so each shard must equal the same op drawn on a plain
+device tensor from that offset, a Shard(0)
 tensor whose shards are multiples of 4 elements must equal the op on the
 plain full tensor, replicas must agree and shards differ. Each check
 reports two groups: ``stream`` (the shard is the stream from the offset the
-tracker chose, offsets synchronised: openreg's part) and ``layout`` (the
+tracker chose, offsets synchronised: the device's part) and ``layout`` (the
 offsets the tracker chose: DTensor's arithmetic).
 
 In one process, LocalTensor mode (PyTorch's single-process simulation of 4
 ranks on its fake process group, as its ``*WithLocalTensor`` DTensor tests
 run): uniform_ on a Shard(0) DTensor must give each simulated rank its
-stream slice, and ``torch.openreg.set_rng_state`` must work under
+stream slice, and the device module's ``set_rng_state`` must work under
 FakeTensorMode, where LocalTensor mode calls it while DTensor propagates
 shardings (it used to clone the state there and fail).
 
@@ -35,7 +37,7 @@ import re
 
 import pytest
 
-from ._launch import check_ok, run_ranks
+from ._launch import check_ok, needs_dist_backend, run_ranks
 
 WORLD = 4
 CHECKS = ["uniform_shard0", "normal_shard0", "uniform_replicate", "dropout_shard0",
@@ -77,6 +79,7 @@ def spmd():
 
 
 @pytest.mark.distributed
+@needs_dist_backend
 class TestDTensorRandomSPMD:
     def test_ranks_finish_and_leave_nothing(self, spmd):
         results, checks, new_shm = spmd
@@ -93,7 +96,7 @@ class TestDTensorRandomSPMD:
             return
         known = KNOWN_DTENSOR_BUGS.get(name)
         if known and all(line.startswith("FAIL stream: ok ;; layout: " + known) for line in lines):
-            # openreg's part holds (each shard is the stream from the offset
+            # the device's part holds (each shard is the stream from the offset
             # DTensor chose, offsets synchronised); DTensor chose wrong ones.
             pytest.xfail(f"PyTorch DTensor: {lines[0][len('FAIL '):]}")
         pytest.fail("\n".join(f"rank {r}: {line}" for r, line in enumerate(lines)))
@@ -121,7 +124,7 @@ class TestDTensorRandomLocalTensorMode:
             return
         # PyTorch 2.13's _LocalOffsetBasedRNGTracker._device calls
         # torch.cuda.current_device() whatever the device type; on a build
-        # without CUDA that raises before any openreg code runs.
+        # without CUDA that raises before any of the device's code runs.
         if re.fullmatch(r"RAISED at distributed/_local_tensor/__init__\.py:\d+:_device "
                         r"AssertionError: Torch not compiled with CUDA enabled", got):
             pytest.xfail("PyTorch LocalTensor mode supports DTensor RNG on cuda only: "

@@ -1,9 +1,12 @@
-"""FSDP2 (fully_shard) on openreg with occl: a small transformer trains for
-10 steps on 2 ranks with the same loss as a single-process run."""
+"""FSDP2 (fully_shard) on the device under test with its c10d backend
+(tests.target: openreg with occl): a small transformer trains for 10 steps on
+2 ranks with the same loss as a single-process run."""
 
 import pytest
 
-from ._launch import check_ok, run_ranks
+from ._launch import check_ok, needs_dist_backend, run_ranks
+
+pytestmark = needs_dist_backend
 
 
 @pytest.mark.distributed

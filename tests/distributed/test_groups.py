@@ -1,9 +1,12 @@
-"""Sub-groups on occl: dist.split_group (occlCommSplit underneath, no store
-round trips) and dist.new_group, on 4 ranks (workers/groups.py)."""
+"""Sub-groups on the device's c10d backend (tests.target; on openreg occl,
+with occlCommSplit underneath and no store round trips): dist.split_group and
+dist.new_group, on 4 ranks (workers/groups.py)."""
 
 import pytest
 
-from ._launch import check_ok, run_ranks
+from ._launch import check_ok, needs_dist_backend, run_ranks
+
+pytestmark = needs_dist_backend
 
 
 @pytest.mark.distributed

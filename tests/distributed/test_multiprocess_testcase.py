@@ -1,4 +1,5 @@
-"""The occl backend through PyTorch's own MultiProcessTestCase harness."""
+"""The device's c10d backend (tests.target: occl on openreg) through
+PyTorch's own MultiProcessTestCase harness."""
 
 import datetime
 
@@ -6,6 +7,12 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch.testing._internal.common_distributed import MultiProcessTestCase
+
+from tests.target import DEVICE, DIST_BACKEND
+
+from ._launch import needs_dist_backend
+
+pytestmark = needs_dist_backend
 
 
 @pytest.mark.distributed
@@ -20,9 +27,9 @@ class TestOcclMultiProcess(MultiProcessTestCase):
 
     def test_allreduce_broadcast_barrier(self):
         store = dist.FileStore(self.file_name, self.world_size)
-        dist.init_process_group("occl", store=store, rank=self.rank, world_size=self.world_size,
+        dist.init_process_group(DIST_BACKEND, store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=datetime.timedelta(seconds=60))
-        dev = torch.device("openreg", self.rank)
+        dev = torch.device(DEVICE, self.rank)
         t = torch.arange(6, dtype=torch.float32, device=dev) * (self.rank + 1)
         dist.all_reduce(t)
         self.assertEqual(t.cpu(), torch.arange(6, dtype=torch.float32) * 3)

@@ -1,7 +1,8 @@
 """A small, stable subset of PyTorch's own distributed suite
-(DistributedTest._DistTestBase) with BACKEND=occl, run by
-tools/occl_peer_suite.py as test/distributed/test_distributed_spawn.py runs it
-for gloo. docs/distributed.md lists the whole suite's results."""
+(DistributedTest._DistTestBase) with BACKEND set to the device's c10d backend
+(tests.target: occl on openreg), run by tools/occl_peer_suite.py as
+test/distributed/test_distributed_spawn.py runs it for gloo.
+docs/distributed.md lists the whole suite's results with occl."""
 
 import json
 import subprocess
@@ -10,8 +11,13 @@ import sys
 import pytest
 
 from tests._subprocess import REPO, child_env
+from tests.target import DIST_BACKEND
 
-# Tests of the suite that exercise occl itself (backend naming, groups made
+from ._launch import needs_dist_backend
+
+pytestmark = needs_dist_backend
+
+# Tests of the suite that exercise the backend itself (backend naming, groups made
 # by new_group, destroying groups, ranks and sizes) and pass.
 SUBSET = ["test_Backend_enum_class", "test_get_backend", "test_get_rank",
           "test_get_rank_size_group", "test_get_rank_size_full_group", "test_destroy_group",
@@ -26,7 +32,8 @@ class TestPeerSuite:
         args = [sys.executable, "tools/occl_peer_suite.py", "--json", str(out)]
         for name in SUBSET:
             args += ["-k", name]
-        r = subprocess.run(args, cwd=REPO, env=child_env({"TEMP_DIR": str(tmp_path)}),
+        r = subprocess.run(args, cwd=REPO,
+                           env=child_env({"TEMP_DIR": str(tmp_path), "BACKEND": DIST_BACKEND}),
                            capture_output=True, text=True, timeout=600)
         results = {row["test"]: row for row in json.loads(out.read_text())}
         ran = {name: row for name, row in results.items() if name in SUBSET}

@@ -1,22 +1,31 @@
-"""One rank of the c10d correctness tests: every operation of the ``occl``
-backend on openreg tensors against a CPU oracle. Every rank builds every
-rank's input from a shared seed, so each can compute the expected result.
-Hypothesis (derandomized, so all ranks draw the same examples) picks shapes
-and values."""
+"""One rank of the c10d correctness tests: every operation of the device's
+c10d backend (tests.target: ``occl`` on openreg) on device tensors against a
+CPU oracle. Every rank builds every rank's input from a shared seed, so each
+can compute the expected result. Hypothesis (derandomized, so all ranks draw
+the same examples) picks shapes and values. The parts marked openreg_only
+check OCCL itself and run on openreg only."""
 
 import datetime
 import os
+import sys
 import time
 
-import torch
-import torch.distributed as dist
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+# Started as a script: the repository root, for tests.target.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))))
+
+import pytest  # noqa: E402  (the openreg_only marker)
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.target import DEVICE, DIST_BACKEND, IS_OPENREG, device_module  # noqa: E402
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group("occl", timeout=datetime.timedelta(seconds=60))
-dev = torch.device("openreg", rank % torch.openreg.device_count())
-torch.openreg.set_device(dev)
+dist.init_process_group(DIST_BACKEND, timeout=datetime.timedelta(seconds=60))
+dev = torch.device(DEVICE, rank % device_module.device_count())
+device_module.set_device(dev)
 R = dist.ReduceOp
 
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -225,15 +234,30 @@ def test_noncontiguous_large_p2p_coalesced_objects():
     dist.barrier()
 
 
+@pytest.mark.openreg_only
+def busy_stream():
+    """300 ms of work on openreg's current stream (its private _sleep)."""
+    torch.openreg._sleep(300_000)
+
+
+@pytest.mark.openreg_only
+def check_transport():
+    """How this rank reached its peers (OCCL's transport attribute)."""
+    transport = dist.group.WORLD._get_backend(dev).transport
+    assert transport == os.environ["OCCL_EXPECT_TRANSPORT"], transport
+
+
 def test_small_allreduce_stream_order():
-    # A small all-reduce is tried on the calling thread only when OCCL's
-    # stream is idle, which it is not while the caller's stream still has
-    # work: here a 300 ms sleep and an asynchronous copy into the tensor
-    # behind it. The launch returns at once, the all-reduce reduces what the
-    # copy wrote, and work on the current stream after Work.wait() sees it.
+    # On openreg, a small all-reduce is tried on the calling thread only when
+    # OCCL's stream is idle, which it is not while the caller's stream still
+    # has work: here a 300 ms sleep and an asynchronous copy into the tensor
+    # behind it (elsewhere, the copy alone). The launch returns at once, the
+    # all-reduce reduces what the copy wrote, and work on the current stream
+    # after Work.wait() sees it.
     src = torch.full((4,), float(rank + 1)).pin_memory()
     t = torch.zeros(4, device=dev)
-    torch.openreg._sleep(300_000)
+    if IS_OPENREG:
+        busy_stream()
     t.copy_(src, non_blocking=True)
     t0 = time.monotonic()
     work = dist.all_reduce(t, async_op=True)
@@ -257,8 +281,8 @@ def test_small_allreduce_stream_order():
 
 
 def test_large_allreduce_every_dtype():
-    # Above 256 KiB all-reduce takes its pipelined paths (zero copy, the
-    # slots, or over TCP the direct pipeline): every dtype and op, in place
+    # Above 256 KiB OCCL's all-reduce takes its pipelined paths (zero copy,
+    # the slots, or over TCP the direct pipeline): every dtype and op, in place
     # and out of place (non-contiguous), with a size that is no multiple of
     # the chunk or of the number of ranks. With OCCL_TCP_CHUNK set (bytes of
     # a rank's share of a chunk) the size is a whole number of chunks plus
@@ -295,8 +319,7 @@ for fn in [test_allreduce, test_rooted_and_gathering, test_all_to_all_uneven,
         continue
     fn()
     print("passed", fn.__name__, flush=True)
-if "OCCL_EXPECT_TRANSPORT" in os.environ:  # how this rank reached its peers
-    transport = dist.group.WORLD._get_backend(dev).transport
-    assert transport == os.environ["OCCL_EXPECT_TRANSPORT"], transport
+if "OCCL_EXPECT_TRANSPORT" in os.environ:  # set by openreg-only tests
+    check_transport()
 dist.destroy_process_group()
 print("OK")

@@ -1,19 +1,20 @@
-"""DTensor random operators on openreg (test_dtensor_random.py).
+"""DTensor random operators on the device under test (test_dtensor_random.py;
+tests.target names the device and its c10d backend: openreg and occl).
 
-``spmd`` (one process per rank, 4 ranks over occl, rank r on openreg device
-r % device_count() as in workers/groups.py): every rank seeds with the same
+``spmd`` (one process per rank, 4 ranks over the c10d backend, rank r on
+device r % device_count() as in workers/groups.py): every rank seeds with the same
 seed; DTensor's OffsetBasedRNGTracker draws rank r's shard from offset
 b + start(r) of the Philox stream and then moves every rank's offset to
 b + numel rounded up to 4. Each check compares every rank's shard with the
-stream itself, drawn on a plain openreg tensor from the same (seed, offset),
-and the ranks with each other (all-gathers over occl), and prints
+stream itself, drawn on a plain device tensor from the same (seed, offset),
+and the ranks with each other (all-gathers over the backend), and prints
 ``CHECK <name> ok ...`` or ``CHECK <name> FAIL stream: ... ;; layout: ...``
 (see ``run`` below for the two groups).
 
 ``local`` (one process): uniform_ on a sharded DTensor in LocalTensor mode
 (4 simulated ranks on PyTorch's fake process group, as PyTorch's own
-``*WithLocalTensor`` DTensor tests run), and ``torch.openreg.set_rng_state``
-under FakeTensorMode, which LocalTensor mode relies on. Prints one
+``*WithLocalTensor`` DTensor tests run), and the device module's
+``set_rng_state`` under FakeTensorMode, which LocalTensor mode relies on. Prints one
 ``RESULT <name> ...`` line per step.
 """
 import datetime
@@ -21,11 +22,17 @@ import os
 import sys
 import traceback
 
-import torch
-import torch.distributed as dist
-import torch.distributed.tensor._random as dtrandom
-import torch.nn.functional as F
-from torch.distributed.tensor import DeviceMesh, Replicate, Shard
+# Started as a script: the repository root, for tests.target.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.distributed.tensor._random as dtrandom  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.distributed.tensor import DeviceMesh, Replicate, Shard  # noqa: E402
+
+from tests.target import DEVICE, DIST_BACKEND, device_module  # noqa: E402
 
 SEED = 1234
 
@@ -46,12 +53,12 @@ def round4(n: int) -> int:
 
 def stream(dev, state, start, n, fill):
     """Elements start .. start+n-1 of the Philox stream of ``state``'s seed,
-    as ``fill`` draws them on a plain openreg tensor of n elements (element
+    as ``fill`` draws them on a plain device tensor of n elements (element
     i is stream position start+i); the generator is left as it was."""
-    saved = torch.openreg.get_rng_state()
-    torch.openreg.set_rng_state(with_offset(state, start))
+    saved = device_module.get_rng_state()
+    device_module.set_rng_state(with_offset(state, start))
     t = fill(torch.empty(n, device=dev)).cpu()
-    torch.openreg.set_rng_state(saved)
+    device_module.set_rng_state(saved)
     return t
 
 
@@ -88,13 +95,13 @@ def sane_dropout(x):
 def spmd():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     assert world == 4, world
-    dev = torch.device("openreg", rank % torch.openreg.device_count())
-    torch.openreg.set_device(dev)
-    dist.init_process_group("occl", device_id=dev, timeout=datetime.timedelta(seconds=60))
+    dev = torch.device(DEVICE, rank % device_module.device_count())
+    device_module.set_device(dev)
+    dist.init_process_group(DIST_BACKEND, device_id=dev, timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(SEED)
 
-    mesh = DeviceMesh("openreg", [0, 1, 2, 3])
-    mesh2 = DeviceMesh("openreg", [[0, 1], [2, 3]])
+    mesh = DeviceMesh(DEVICE, [0, 1, 2, 3])
+    mesh2 = DeviceMesh(DEVICE, [[0, 1], [2, 3]])
     coord2 = mesh2.get_coordinate()
     assert tuple(coord2) == (rank // 2, rank % 2), coord2
 
@@ -107,7 +114,7 @@ def spmd():
 
     def states():
         return [offset_of(s.view(torch.uint8)) for s in
-                gather(torch.openreg.get_rng_state().view(torch.int64))]
+                gather(device_module.get_rng_state().view(torch.int64))]
 
     def run(name, make, op, fill, start_of, *, same_shards=None, full_is_stream=False,
             sane=None):
@@ -125,14 +132,14 @@ def spmd():
           tensor of the full shape from b if ``full_is_stream``.
         """
         try:
-            before = torch.openreg.get_rng_state()
+            before = device_module.get_rng_state()
             b = offset_of(before)
             dt = make()
             out = op(dt)
             out = dt if out is None else out
             tstart = int(dtrandom._rng_tracker._compute_rng_offsets(out._spec)[0])
             local = out.to_local().cpu()
-            full = out.full_tensor().cpu()  # all-gather over occl
+            full = out.full_tensor().cpu()  # all-gather over the backend
             locals_ = gather(local)
             starts = gather(torch.tensor([b, tstart]))
             after = states()
@@ -149,7 +156,7 @@ def spmd():
             want_after = b + round4(numel)
             if after != [want_after] * world:
                 stream_p.append(f"offsets after the op {after}, want {want_after} on every rank")
-            if torch.openreg.get_rng_state()[:8].view(torch.int64).item() != SEED:
+            if device_module.get_rng_state()[:8].view(torch.int64).item() != SEED:
                 stream_p.append("seed changed")
             if sane is not None and (why := sane(full)):
                 stream_p.append(why)
@@ -237,13 +244,15 @@ def spmd():
 
 def innermost(exc):
     """file:line:function of the deepest frame of ``exc`` in torch.distributed
-    or torch_openreg, not counting the modes' __torch_dispatch__ (nor the
-    dispatcher and FakeTensor machinery under them)."""
+    or the device module's package (torch_openreg for openreg), not counting
+    the modes' __torch_dispatch__ (nor the dispatcher and FakeTensor machinery
+    under them)."""
     torch_dir = os.path.dirname(torch.__file__)
     site = os.path.dirname(torch_dir)
+    package = device_module.__name__.split(".")[0]
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if f.filename.startswith(os.path.join(torch_dir, "distributed"))
-              or "torch_openreg" in f.filename]
+              or package in f.filename]
     frames = [f for f in frames if f.name != "__torch_dispatch__"]
     f = (frames or traceback.extract_tb(exc.__traceback__))[-1]
     base = torch_dir if f.filename.startswith(torch_dir) else site
@@ -255,16 +264,16 @@ def local():
     from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    dev = torch.device("openreg", 0)
+    dev = torch.device(DEVICE, 0)
 
     # 1. set_rng_state under FakeTensorMode (LocalTensor mode calls it there
     # while DTensor propagates shardings).
     torch.manual_seed(SEED)
-    state = with_offset(torch.openreg.get_rng_state(), 8)
+    state = with_offset(device_module.get_rng_state(), 8)
     try:
         with FakeTensorMode():
-            torch.openreg.set_rng_state(state)
-        got = offset_of(torch.openreg.get_rng_state())
+            device_module.set_rng_state(state)
+        got = offset_of(device_module.get_rng_state())
         print(f"RESULT fake_mode_set_rng_state {'ok' if got == 8 else f'FAIL offset {got}'}",
               flush=True)
     except Exception as e:
@@ -273,17 +282,17 @@ def local():
 
     # 2. DTensor uniform_ on Shard(0) under LocalTensorMode(4). PyTorch's
     # fake backend registers cpu/cuda/hpu/xpu only, so it is named for
-    # openreg explicitly.
+    # the device explicitly.
     W = 4
-    dist.init_process_group("cpu:fake,openreg:fake", rank=0, world_size=W, store=FakeStore())
-    mesh = DeviceMesh("openreg", list(range(W)))
+    dist.init_process_group(f"cpu:fake,{DEVICE}:fake", rank=0, world_size=W, store=FakeStore())
+    mesh = DeviceMesh(DEVICE, list(range(W)))
 
     def attempt(tag):
         from torch.distributed.tensor import distribute_tensor
 
         dtrandom._rng_tracker = None
         torch.manual_seed(SEED)
-        before = torch.openreg.get_rng_state()
+        before = device_module.get_rng_state()
         try:
             with LocalTensorMode(frozenset(range(W))):
                 dt = distribute_tensor(torch.zeros(16, 6, device=dev), mesh, [Shard(0)])

@@ -1,21 +1,29 @@
 """One rank of the FSDP2 test: a small transformer sharded with
-torch.distributed.fsdp.fully_shard on openreg over occl trains for 10 steps,
+torch.distributed.fsdp.fully_shard on the device under test over its c10d
+backend (tests.target: openreg over occl) trains for 10 steps,
 each rank on its half of the batch; rank 0 compares the global loss of every
 step with a single-process run of the same model on the full batch."""
 
 import copy
 import datetime
 import os
+import sys
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-from torch.distributed.fsdp import fully_shard
+# Started as a script: the repository root, for tests.target.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.distributed.fsdp import fully_shard  # noqa: E402
+
+from tests.target import DEVICE, DIST_BACKEND, device_module  # noqa: E402
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dev = torch.device("openreg", rank % torch.openreg.device_count())
-torch.openreg.set_device(dev)
-dist.init_process_group("occl", device_id=dev, timeout=datetime.timedelta(seconds=120))
+dev = torch.device(DEVICE, rank % device_module.device_count())
+device_module.set_device(dev)
+dist.init_process_group(DIST_BACKEND, device_id=dev, timeout=datetime.timedelta(seconds=120))
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH, STEPS = 64, 32, 4, 2, 16, 8, 10
 
@@ -82,7 +90,7 @@ losses = []
 for step in range(STEPS):
     opt.zero_grad()
     loss = loss_of(model, data[step, rank * per:(rank + 1) * per].to(dev))
-    loss.backward()  # gradients reduce-scattered (averaged) over occl
+    loss.backward()  # gradients reduce-scattered (averaged) over the backend
     opt.step()
     g = loss.detach().clone()
     dist.all_reduce(g, op=dist.ReduceOp.AVG)

@@ -1,18 +1,33 @@
-"""One rank of the sub-group tests: dist.split_group (liboccl's occlCommSplit)
-and dist.new_group on the occl backend, small and zero-copy sizes, with every
-rank checking its group's sums. Run with 4 ranks."""
+"""One rank of the sub-group tests: dist.split_group (on openreg, liboccl's
+occlCommSplit) and dist.new_group on the device's c10d backend
+(tests.target), small and (OCCL's) zero-copy sizes, with every rank checking
+its group's sums. Run with 4 ranks."""
 
 import datetime
 import os
+import sys
 
-import torch
-import torch.distributed as dist
+# Started as a script: the repository root, for tests.target.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))))
+
+import pytest  # noqa: E402  (the openreg_only marker)
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from tests.target import DEVICE, DIST_BACKEND, IS_OPENREG, device_module  # noqa: E402
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 assert world == 4
-dev = torch.device("openreg", rank % torch.openreg.device_count())
-torch.openreg.set_device(dev)
-dist.init_process_group("occl", device_id=dev, timeout=datetime.timedelta(seconds=60))
+dev = torch.device(DEVICE, rank % device_module.device_count())
+device_module.set_device(dev)
+dist.init_process_group(DIST_BACKEND, device_id=dev, timeout=datetime.timedelta(seconds=60))
+
+
+@pytest.mark.openreg_only
+def check_occl_backend(backend):
+    """The split group runs on occl's own process group class."""
+    assert type(backend).__name__ == "ProcessGroupOCCL", type(backend)
 
 
 def check_sum(group, members, n):
@@ -29,9 +44,10 @@ mine = halves[rank // 2]
 assert sub is not None and sub.size() == 2 and sub.rank() == mine.index(rank)
 assert dist.get_process_group_ranks(sub) == mine
 backend = sub._get_backend(dev)
-assert type(backend).__name__ == "ProcessGroupOCCL", type(backend)
+if IS_OPENREG:
+    check_occl_backend(backend)
 check_sum(sub, mine, 1000)
-check_sum(sub, mine, 1 << 20)  # zero copy inside the sub-communicator
+check_sum(sub, mine, 1 << 20)  # OCCL: zero copy inside the sub-communicator
 t = torch.full((8,), float(rank), device=dev)
 dist.broadcast(t, src=mine[1], group=sub)  # global rank as the root
 assert torch.equal(t.cpu(), torch.full((8,), float(mine[1])))
