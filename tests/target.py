@@ -59,3 +59,16 @@ class _DeviceModule:
 
 #: torch.openreg for openreg: the device module, as torch.get_device_module(DEVICE).
 device_module = _DeviceModule()
+
+
+def busy(us: int) -> None:
+    """Queue ``us`` microseconds of work on the current stream of the device,
+    with the device module's ``_sleep`` (``torch.cuda._sleep``'s counterpart,
+    the way PyTorch's own stream tests keep a stream busy). A backend without
+    one skips the test that needs it, with that reason."""
+    sleep = getattr(device_module, "_sleep", None)
+    if sleep is None:
+        import pytest
+
+        pytest.skip(f"torch.{DEVICE} has no _sleep (torch.cuda._sleep) to queue device work")
+    sleep(us)

@@ -12,28 +12,26 @@ from tests.target import DEVICE
 
 @pytest.mark.compile
 class TestStreamOrder:
-    @pytest.mark.openreg_only
     def test_compiled_kernel_waits_for_earlier_work_on_its_stream(self):
         f = torch.compile(lambda t: t * 2 + 1)
-        dev = torch.zeros(1 << 16, device="openreg")
+        dev = torch.zeros(1 << 16, device=DEVICE)
         f(dev)  # compile first
         host = torch.full((1 << 16,), 3.0).pin_memory()
-        torch.openreg._sleep(30_000)              # the stream is busy for 30 ms...
+        target.busy(30_000)                       # the stream is busy for 30 ms...
         dev.copy_(host, non_blocking=True)        # ...then an asynchronous H2D copy
         out = f(dev)                              # must run after both
         assert torch.equal(out.cpu(), torch.full((1 << 16,), 7.0))
 
-    @pytest.mark.openreg_only
     def test_compiled_kernels_run_on_the_current_stream(self):
         f = torch.compile(lambda t: t.sin() * 2)
-        x = torch.randn(64, device="openreg")
+        x = torch.randn(64, device=DEVICE)
         f(x)
-        side = torch.openreg.Stream()
-        side.wait_stream(torch.openreg.current_stream())
-        with torch.openreg.stream(side):
-            torch.openreg._sleep(30_000)
+        side = target.device_module.Stream()
+        side.wait_stream(target.device_module.current_stream())
+        with target.device_module.stream(side):
+            target.busy(30_000)
             y = f(x)
-        torch.openreg.current_stream().wait_stream(side)
+        target.device_module.current_stream().wait_stream(side)
         torch.testing.assert_close(y.cpu(), x.cpu().sin() * 2)
 
 

@@ -212,14 +212,13 @@ class TestMemoryHistory:
         assert [e["size"] for e in target.device_module.memory._snapshot()["device_traces"][0]] == [4000, 5000, 6000]
         del xs
 
-    @pytest.mark.openreg_only  # openreg's private _sleep makes the stream busy
     def test_awaiting_free_after_record_stream(self, history):
         history(stacks="python")
         side = target.device_module.Stream()
         x = allocate_in_named_function(4096)
         addr = x.untyped_storage().data_ptr()
         with target.device_module.stream(side):
-            target.device_module._sleep(100_000)
+            target.busy(100_000)
         x.record_stream(side)
         del x
         assert block_at(target.device_module.memory._snapshot(), addr)[1]["state"] == "active_awaiting_free"

@@ -85,13 +85,12 @@ class TestDeviceBasics:
         (lambda: torch.accelerator.synchronize(1), 1),
     ], ids=["module()", "module(1)", "module('device:1')", "module(device)",
             "accelerator()", "accelerator(1)"])
-    @pytest.mark.openreg_only  # openreg's private _sleep makes the stream busy
     def test_synchronize_all_forms(self, form, index):
         # Every form waits for the work queued on every stream of the device it
         # names (here a side stream, busy for 100 ms of device time).
         side = target.device_module.Stream(device=index)
         with target.device_module.stream(side):
-            target.device_module._sleep(100_000)
+            target.busy(100_000)
         assert not side.query()
         form()
         assert side.query()

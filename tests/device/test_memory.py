@@ -151,7 +151,6 @@ print(a[-100:].sum().item())
 
 
 @pytest.mark.device
-@pytest.mark.openreg_only  # openreg's private _sleep makes the stream busy
 class TestRecordStream:
     def test_block_not_reused_until_other_stream_done(self):
         fresh()
@@ -159,7 +158,7 @@ class TestRecordStream:
         x = torch.empty(4096, device=DEVICE)
         ptr = x.data_ptr()
         with target.device_module.stream(s):
-            target.device_module._sleep(100_000)  # s is busy for 100 ms
+            target.busy(100_000)  # s is busy for 100 ms
         x.record_stream(s)
         del x
         y = torch.empty(4096, device=DEVICE)

@@ -156,13 +156,12 @@ class TestMapLocation:
         y = torch.load(path, mmap=True)
         assert y.device == x.device and torch.equal(y.cpu(), x.cpu())
 
-    @pytest.mark.openreg_only  # openreg's private _sleep makes the stream busy
     def test_save_waits_for_queued_device_work(self):
         s = target.device_module.Stream()
         x = torch.zeros(1000, device=DEV)
         ones = torch.ones(1000).pin_memory()
         with target.device_module.stream(s):
-            target.device_module._sleep(20_000)   # the stream is busy for 20 ms
+            target.busy(20_000)   # the stream is busy for 20 ms
             x.copy_(ones, non_blocking=True)      # an async copy queued behind it
         # torch.save copies through the current stream, as on CUDA; ordering
         # it after s is the caller's job, and then the copy sees the result.

@@ -6,15 +6,7 @@ import pytest
 import torch
 
 from tests import target
-from tests.target import DEVICE, device
-
-
-def busy(us: int):
-    """Occupy the current stream for `us` microseconds of device time.
-
-    With openreg's private ``_sleep`` (like ``torch.cuda._sleep``): the tests
-    that use it are openreg_only."""
-    target.device_module._sleep(us)
+from tests.target import DEVICE, busy, device
 
 
 @pytest.mark.device
@@ -63,7 +55,6 @@ class TestStreams:
         # Out-of-range priorities are clamped, as in CUDA.
         assert target.device_module.Stream(priority=-100).priority == greatest
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_query_is_false_while_work_runs(self):
         s = target.device_module.Stream()
         with target.device_module.stream(s):
@@ -72,7 +63,6 @@ class TestStreams:
         s.synchronize()
         assert s.query()
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_work_on_one_stream_is_ordered(self):
         s = target.device_module.Stream()
         x = torch.zeros(1000, device=DEVICE)
@@ -84,7 +74,6 @@ class TestStreams:
         s.synchronize()
         assert torch.equal(y.cpu(), src * 2)
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_stream_order_without_events_is_not_implied(self):
         # The default stream does not wait for another stream: a blocked side
         # stream leaves the default stream free to run.
@@ -101,7 +90,6 @@ class TestStreams:
 @pytest.mark.device
 @pytest.mark.smoke
 class TestEvents:
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_wait_event_orders_streams(self):
         producer, consumer = target.device_module.Stream(), target.device_module.Stream()
         x = torch.zeros(100, device=DEVICE)
@@ -117,7 +105,6 @@ class TestEvents:
         consumer.synchronize()
         assert torch.equal(y.cpu(), torch.full((100,), 4.0))
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_wait_stream(self):
         a, b = target.device_module.Stream(), target.device_module.Stream()
         with target.device_module.stream(a):
@@ -127,7 +114,6 @@ class TestEvents:
         b.synchronize()
         assert a.query()
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_query_and_synchronize(self):
         s = target.device_module.Stream()
         e = target.device_module.Event()
@@ -139,7 +125,6 @@ class TestEvents:
         e.synchronize()
         assert e.query()
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_elapsed_time_measures_device_work(self):
         s = target.device_module.Stream()
         start = target.device_module.Event(enable_timing=True)
@@ -160,7 +145,6 @@ class TestEvents:
         with pytest.raises(ValueError, match="enable_timing=True"):
             a.elapsed_time(b)
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_generic_torch_event_and_stream(self):
         s = torch.Stream(device=DEVICE)
         e1 = torch.Event(device=DEVICE, enable_timing=True)
@@ -182,7 +166,6 @@ class TestEvents:
 
 @pytest.mark.device
 class TestAsyncCopies:
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_h2d_non_blocking_is_asynchronous(self):
         src = torch.arange(4096, dtype=torch.float32).pin_memory()
         dst = torch.zeros(4096, device=DEVICE)
@@ -195,7 +178,6 @@ class TestAsyncCopies:
         target.device_module.synchronize()
         assert torch.equal(dst.cpu(), src)
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_d2h_non_blocking_result_visible_after_synchronize(self):
         src = torch.arange(4096, dtype=torch.float32, device=DEVICE)
         dst = torch.zeros(4096).pin_memory()
@@ -205,7 +187,6 @@ class TestAsyncCopies:
         target.device_module.current_stream().synchronize()
         assert torch.equal(dst, torch.arange(4096, dtype=torch.float32))
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_pageable_non_blocking_is_synchronous(self):
         src = torch.arange(100, dtype=torch.float32)
         dst = torch.empty(100, device=DEVICE)
@@ -230,7 +211,6 @@ class TestAsyncCopies:
         h.copy_(d.t())
         assert torch.equal(h, src.half())
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_peer_copy_between_devices(self):
         a = torch.randn(1000, device=device(0))
         with target.device_module.device(0):
@@ -243,7 +223,6 @@ class TestAsyncCopies:
         c2.copy_(b)
         assert torch.equal(c2.cpu(), c.cpu())
 
-    @pytest.mark.openreg_only  # busy(): openreg's private _sleep
     def test_pinned_buffer_not_reused_before_copy_runs(self):
         dst = torch.zeros(1 << 14, device=DEVICE)
         busy(100_000)
