@@ -7,6 +7,9 @@ import pytest
 import torch
 import torch.nn as nn
 
+from tests import target
+from tests.target import DEVICE
+
 STEPS = 20
 
 
@@ -65,7 +68,7 @@ def run(make_model, make_batch, loss_fn, device, seed_device):
     # Dropout draws from the device's generator.
     torch.manual_seed(1234)
     if seed_device:
-        torch.openreg.manual_seed_all(1234)
+        target.device_module.manual_seed_all(1234)
     losses = []
     for _ in range(STEPS):
         x, y = make_batch(data)
@@ -89,7 +92,7 @@ class TestTwentySteps:
             return nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
 
         cpu = run(TinyTransformer, batch, loss, "cpu", False)
-        dev = run(TinyTransformer, batch, loss, "openreg", True)
+        dev = run(TinyTransformer, batch, loss, DEVICE, True)
         assert cpu[-1] < cpu[0]
         torch.testing.assert_close(dev, cpu, rtol=1e-5, atol=1e-5)
 
@@ -98,8 +101,8 @@ class TestTwentySteps:
         def with_dropout():
             return TinyTransformer(dropout=0.1)
 
-        a = run(with_dropout, batch, loss, "openreg", True)
-        b = run(with_dropout, batch, loss, "openreg", True)
+        a = run(with_dropout, batch, loss, DEVICE, True)
+        b = run(with_dropout, batch, loss, DEVICE, True)
         assert a == b
         assert a[-1] < a[0]
         assert a != dev
@@ -113,6 +116,6 @@ class TestTwentySteps:
             return images[idx], labels[idx]
 
         cpu = run(TinyResNet, batch, nn.functional.cross_entropy, "cpu", False)
-        dev = run(TinyResNet, batch, nn.functional.cross_entropy, "openreg", True)
+        dev = run(TinyResNet, batch, nn.functional.cross_entropy, DEVICE, True)
         assert cpu[-1] < cpu[0]
         torch.testing.assert_close(dev, cpu, rtol=1e-5, atol=1e-5)

@@ -43,7 +43,7 @@ gradients. Their distributions are tested in tests/ops/test_rng.py.
 The CPU's own kernels run on openreg (see openreg_python/csrc/aten/Fallback.cpp),
 so for a deterministic operator the results are expected bit-for-bit equal
 (``OPINFO_EXACT=1`` checks that: the only operators that differ at all are
-those of the BUG and NOT OPENREG entries of opinfo_skips.py, whose float32
+those of the BUG and NOT THE BACKEND entries of opinfo_skips.py, whose float32
 results also differ within tolerance; linalg.lstsq, whose default driver
 PyTorch picks by device type; and mish's backward, which like the composite
 BUG entries has both a CPU and a CompositeImplicitAutograd kernel and so runs
@@ -63,10 +63,15 @@ import warnings
 
 import torch
 
-DEV = "openreg"
-# The device samples are copied to: openreg:0 (the current device), or
-# openreg:1 for the "device1" variant (see on_device).
-TARGET = torch.device(DEV, 0)
+from tests import target
+from tests.target import DEVICE
+
+DEV = DEVICE
+# The device samples are copied to: <device>:0 (the current device), or
+# <device>:1 for the "device1" variant. Set by on_device, inside which
+# run_group runs every sample (not at import: collecting the suite for a
+# device type that is not registered must not fail).
+TARGET = None
 SEED = 0
 # Fixed seed of the backward weights (a generator of their own, so the global
 # CPU generator state that random ops consume is not disturbed).
@@ -375,7 +380,7 @@ def _close(dev, cpu, pol, what):
 
 def compare_tensor(dev, cpu, pol, what, strides=True, values=True):
     if not isinstance(dev, torch.Tensor):
-        raise Mismatch(f"{what}: CPU returned a tensor, openreg a {type(dev).__name__}")
+        raise Mismatch(f"{what}: CPU returned a tensor, {DEV} a {type(dev).__name__}")
     want = TARGET if cpu.device.type == "cpu" else cpu.device
     if dev.device != want:
         raise Mismatch(f"{what}: result on {dev.device}, expected a tensor on {want}")
@@ -405,8 +410,8 @@ def compare_aliasing(dev_out, cpu_out, dev_inputs, cpu_inputs):
         if ca != da:
             if ca and not da:
                 raise Mismatch(f"{path}: a view of input(s) {sorted(ca)} on the CPU, "
-                               f"a fresh tensor on openreg")
-            raise Mismatch(f"{path}: aliases input(s) {sorted(da)} on openreg, "
+                               f"a fresh tensor on {DEV}")
+            raise Mismatch(f"{path}: aliases input(s) {sorted(da)} on {DEV}, "
                            f"{sorted(ca)} on the CPU")
 
 
@@ -418,7 +423,7 @@ def compare_outputs(dev_out, cpu_out, pol):
         if isinstance(cv, torch.Tensor):
             compare_tensor(dv, cv, pol, path, values=pol.values)
         elif isinstance(dv, torch.Tensor):
-            raise Mismatch(f"{path}: openreg returned a tensor, CPU a {type(cv).__name__}")
+            raise Mismatch(f"{path}: {DEV} returned a tensor, CPU a {type(cv).__name__}")
         elif isinstance(cv, float) and isinstance(dv, float) and cv != cv and dv != dv:
             pass  # both NaN
         elif type(dv) is not type(cv) or (dv != cv and pol.values):
@@ -475,10 +480,10 @@ def quiet():
 
 
 def _seed():
-    # Same seed for the CPU and openreg generators (torch.manual_seed seeds
+    # Same seed for the CPU and device generators (torch.manual_seed seeds
     # both; the explicit call keeps that true if it ever stops doing so).
     torch.manual_seed(SEED)
-    torch.openreg.manual_seed(SEED)
+    target.device_module.manual_seed(SEED)
 
 
 def _call(fn, p: Prepared):
@@ -502,20 +507,20 @@ def _check_exceptions(cpu_exc, dev_exc, what):
     if cpu_exc is not None and dev_exc is not None:
         if type(cpu_exc) is not type(dev_exc):
             raise Mismatch(f"{what}: CPU raised {type(cpu_exc).__name__}: {_first(cpu_exc)}; "
-                           f"openreg raised {type(dev_exc).__name__}: {_first(dev_exc)}")
+                           f"{DEV} raised {type(dev_exc).__name__}: {_first(dev_exc)}")
         return True
     if dev_exc is not None:
-        raise Mismatch(f"{what}: openreg raised {type(dev_exc).__name__}: {_first(dev_exc)} "
+        raise Mismatch(f"{what}: {DEV} raised {type(dev_exc).__name__}: {_first(dev_exc)} "
                        f"(the CPU did not)")
     raise Mismatch(f"{what}: CPU raised {type(cpu_exc).__name__}: {_first(cpu_exc)} "
-                   f"(openreg did not)")
+                   f"({DEV} did not)")
 
 
 def _prepare_both(op, sample):
     # openreg first: the CPU call may write its arguments.
     dev = prepare(op, sample, to_openreg, True)
     if not dev.moved:
-        raise NotApplicable("no openreg argument")
+        raise NotApplicable(f"no {DEV} argument")
     cpu = prepare(op, sample, to_cpu_copy, False)
     return dev, cpu
 
@@ -652,7 +657,7 @@ def run_backward(op, sample, pol):
     compare_outputs(dev_out, cpu_out, pol)
     cpu_g, dev_g = _grad_outputs(cpu_out), _grad_outputs(dev_out)
     if len(cpu_g) != len(dev_g):
-        raise Mismatch(f"{len(dev_g)} differentiable outputs on openreg, {len(cpu_g)} on the CPU")
+        raise Mismatch(f"{len(dev_g)} differentiable outputs on {DEV}, {len(cpu_g)} on the CPU")
     if not cpu_g:
         raise NotApplicable("no differentiable output")
     w = _weights(cpu_g)
@@ -671,7 +676,7 @@ def run_backward(op, sample, pol):
         return
     for i, (a, b) in enumerate(zip(dg, cg)):
         if (a is None) != (b is None):
-            raise Mismatch(f"grad of input {i}: {'None' if a is None else 'a tensor'} on openreg, "
+            raise Mismatch(f"grad of input {i}: {'None' if a is None else 'a tensor'} on {DEV}, "
                            f"{'None' if b is None else 'a tensor'} on the CPU")
         if a is not None:
             compare_tensor(a, b, pol, f"grad of input {i}", strides=False, values=not pol.random)
@@ -794,7 +799,7 @@ def run_group(op, group, *, values=True, random=False, limit=None, sample_skip=N
             except Mismatch as e:
                 r.status, r.message = "fail", f"{vname}: {e}"
             except Unsupported as e:
-                r.status, r.message = "fail", f"{vname}: cannot move the sample to openreg: {e}"
+                r.status, r.message = "fail", f"{vname}: cannot move the sample to {DEV}: {e}"
             except Exception as e:  # noqa: BLE001 - a harness-level error is a failure too
                 tb = traceback.format_exc(limit=-3)
                 r.status, r.message = "fail", f"{vname}: {type(e).__name__}: {_first(e)}\n{tb}"

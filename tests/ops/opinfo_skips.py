@@ -12,8 +12,9 @@ Reasons start with:
   device, crash...). Fix the C++, then delete the entry: the sweep must pass.
 * ``BUG (crash):`` the same, but the process dies.
 * ``BY DESIGN:`` a documented openreg limitation (e.g. only strided tensors).
-* ``NOT OPENREG:`` PyTorch itself behaves differently per device type, so a
-  difference from the CPU is not an openreg defect.
+* ``NOT THE BACKEND:`` PyTorch itself behaves differently per device type, so
+  a difference from the CPU is not a defect of openreg (or of the backend
+  under test).
 * ``DIFFERENT ROUNDING:`` the same computation with a different accumulation
   order, beyond the op's low-precision tolerance.
 
@@ -26,29 +27,35 @@ the same for the samples of an operator that a predicate selects.
 no BUG entry today: the sweep's first run found four (empty results on
 openreg:1 on the wrong device, composite kernels preferred to the CPU's,
 mode(out=), addr_ on a 0-d self) and they were fixed.
+
+The reasons name the device under test through ``tests.target.DEVICE``; the
+table itself is openreg's (another backend's sweep may need other entries).
 """
+
+from tests.target import DEVICE
 
 # Groups that are not run at all.
 SKIPS = {
     # -- BY DESIGN: openreg supports strided tensors only (Fallback.cpp raises
-    #    NotImplementedError for sparse/quantized openreg tensors). ----------
-    ("to_sparse", ""): "BY DESIGN: returns a sparse COO tensor; openreg supports only strided tensors",
-    ("sparse.sampled_addmm", ""): "BY DESIGN: takes a sparse CSR input; openreg supports only strided tensors",
-    ("sparse.mm", "reduce"): "BY DESIGN: takes a sparse CSR input; openreg supports only strided tensors",
+    #    NotImplementedError for sparse/quantized openreg tensors), and the
+    #    sweep copies strided samples only (opinfo_harness.replicate). -------
+    ("to_sparse", ""): "BY DESIGN: returns a sparse COO tensor; the sweep covers strided device tensors only",
+    ("sparse.sampled_addmm", ""): "BY DESIGN: takes a sparse CSR input; the sweep covers strided device tensors only",
+    ("sparse.mm", "reduce"): "BY DESIGN: takes a sparse CSR input; the sweep covers strided device tensors only",
 }
 
 
 
 
-# -- NOT OPENREG: PyTorch code that chooses by device type. ------------------
+# -- NOT THE BACKEND: PyTorch code that chooses by device type. --------------
 SKIPS.update({
     ("nn.functional.linear_cross_entropy", "chunked", "bfloat16"):
-        "NOT OPENREG: LinearCrossEntropyOptions(acc_policy='auto') resolves per device type "
-        "(_AUTO_DEFAULTS has 'cpu' and 'cuda' only): openreg gets the 'compact' bf16 accumulation, "
+        "NOT THE BACKEND: LinearCrossEntropyOptions(acc_policy='auto') resolves per device type "
+        f"(_AUTO_DEFAULTS has 'cpu' and 'cuda' only): {DEVICE} gets the 'compact' bf16 accumulation, "
         "the CPU 'accurate' fp32 accumulation",
     ("nn.functional.linear_cross_entropy", "chunked_none", "bfloat16"):
-        "NOT OPENREG: LinearCrossEntropyOptions(acc_policy='auto') resolves per device type "
-        "(_AUTO_DEFAULTS has 'cpu' and 'cuda' only): openreg gets the 'compact' bf16 accumulation, "
+        "NOT THE BACKEND: LinearCrossEntropyOptions(acc_policy='auto') resolves per device type "
+        f"(_AUTO_DEFAULTS has 'cpu' and 'cuda' only): {DEVICE} gets the 'compact' bf16 accumulation, "
         "the CPU 'accurate' fp32 accumulation",
 })
 
@@ -73,7 +80,7 @@ VALUES_UNCHECKED = {
 # equal seeds give different numbers by design. The sweep compares everything
 # else with the CPU and checks that a second call from the same seed gives
 # the same values; tests/ops/test_rng.py checks the distributions.
-_PHILOX = "RANDOM: draws from openreg's Philox generator, not the CPU's Mersenne Twister"
+_PHILOX = f"RANDOM: draws from the {DEVICE} generator, not the CPU's Mersenne Twister"
 RANDOM = {
     (name, variant): f"{_PHILOX} ({reason})"
     for name, variant, reason in [
@@ -123,11 +130,13 @@ RANDOM_SAMPLES = {
 # (predicate(sample) -> bool, reason). Used where most samples of a group are
 # comparable and a few are not.
 SAMPLE_SKIPS = {
+    # openreg's fused SDPA kernel draws its dropout mask from its Philox
+    # generator at the call's (philox_seed, philox_offset) (and the backward
+    # regenerates it from them), as fused kernels on CUDA do.
     ("nn.functional.scaled_dot_product_attention", ""): (
         lambda sample: bool(sample.kwargs.get("dropout_p", 0.0)),
-        "BY DESIGN: with dropout_p > 0 openreg's fused SDPA kernel draws its dropout "
-        "mask from the openreg Philox generator at the call's (philox_seed, philox_offset) "
-        "(and the backward regenerates it from them), as fused kernels on CUDA do; the CPU "
+        f"BY DESIGN: with dropout_p > 0 the {DEVICE} kernel draws its dropout "
+        f"mask from the {DEVICE} generator; the CPU "
         "math path draws from the CPU's Mersenne Twister, so equal seeds cannot give equal "
         "masks. Reproducibility, the dropped fraction and gradients are tested in "
         "tests/ops/test_sdpa.py",

@@ -11,6 +11,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 
+from tests.target import DEVICE
+
 MUTATIONS = ["t_", "unsqueeze_", "squeeze_", "as_strided_", "set_", "resize_",
              "transpose_", "fill_", "add_"]
 
@@ -43,9 +45,9 @@ class TestAliasReuse:
     @given(st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=12))
     def test_in_place_metadata_changes_between_operators(self, steps):
         cpu = torch.arange(24.0).reshape(4, 6).clone()
-        dev = cpu.to("openreg")
+        dev = cpu.to(DEVICE)
         others = [torch.arange(100.0, 124.0), torch.arange(200.0, 224.0)]
-        others_dev = [o.to("openreg") for o in others]
+        others_dev = [o.to(DEVICE) for o in others]
         for i, step in enumerate(steps):
             mutate(cpu, step, others[i % 2], i)
             mutate(dev, step, others_dev[i % 2], i)
@@ -64,7 +66,7 @@ class TestAliasReuse:
         for i in range(300):
             shape = shapes[i % len(shapes)]
             cpu = torch.arange(6.0).reshape(shape) + i
-            dev = cpu.to("openreg")
+            dev = cpu.to(DEVICE)
             if i % 2 and dev.dim() == 2:
                 cpu, dev = cpu.t(), dev.t()
             if i % 3 == 0:
@@ -75,7 +77,7 @@ class TestAliasReuse:
     def test_more_live_tensors_than_the_table_holds(self):
         g = torch.Generator().manual_seed(0)
         cpus = [torch.randn(k + 1, generator=g) for k in range(64)]
-        devs = [c.to("openreg") for c in cpus]
+        devs = [c.to(DEVICE) for c in cpus]
         for r in range(4):
             order = torch.randperm(64, generator=g).tolist()
             for j in order:
@@ -84,7 +86,7 @@ class TestAliasReuse:
 
     def test_views_of_one_storage_in_turn(self):
         base_cpu = torch.arange(12.0).reshape(3, 4)
-        base = base_cpu.to("openreg")
+        base = base_cpu.to(DEVICE)
         views = [lambda t: t, lambda t: t.t(), lambda t: t[:, 1:], lambda t: t.view(4, 3),
                  lambda t: t[1], lambda t: t.as_strided((2, 2), (4, 1), 5)]
         for r in range(5):

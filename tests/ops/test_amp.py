@@ -16,7 +16,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DEV = "openreg"
+from tests import target
+from tests.target import DEVICE, device
+
+DEV = DEVICE
 LOW_DTYPES = [torch.float16, torch.bfloat16]
 
 # Policies (names as in ATen's CastPolicy).
@@ -254,8 +257,8 @@ class TestAutocastQuick:
         assert torch.amp.is_autocast_available(DEV)
         # CUDA's default: float16.
         assert torch.get_autocast_dtype(DEV) == torch.float16
-        assert torch.openreg.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
-        assert torch.openreg.is_bf16_supported()
+        assert target.device_module.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
+        assert target.device_module.is_bf16_supported()
         assert not torch.is_autocast_enabled(DEV)
 
     @pytest.mark.parametrize("dtype", LOW_DTYPES, ids=str)
@@ -278,6 +281,7 @@ class TestAutocastQuick:
 
 @pytest.mark.ops
 class TestAutocastPolicy:
+    @pytest.mark.openreg_only  # the exact set openreg's Autocast.cpp registers
     def test_registered_operators_are_cudas(self):
         # Same operator set as AutocastCUDA in this very torch build, except
         # cuDNN's own convolution entry points, which openreg never reaches.
@@ -480,15 +484,15 @@ class TestAutocastContext:
                 assert torch.softmax(a.half(), -1).dtype == torch.float16
         messages = [str(w.message) for w in record]
         assert any(
-            "In openreg autocast, but the target dtype is not supported. Disabling autocast." in m
-            and "openreg Autocast only supports dtypes of torch.float16, torch.bfloat16" in m
+            f"In {DEVICE} autocast, but the target dtype is not supported. Disabling autocast." in m
+            and f"{DEVICE} Autocast only supports dtypes of torch.float16, torch.bfloat16" in m
             for m in messages
         ), messages
         assert torch.get_autocast_dtype(DEV) == torch.float16
 
     def test_unknown_device_type(self):
-        with pytest.raises(RuntimeError, match="Invalid device string: 'openreg2'"):
-            torch.autocast("openreg2")
+        with pytest.raises(RuntimeError, match=f"Invalid device string: '{DEVICE}2'"):
+            torch.autocast(f"{DEVICE}2")
 
 
 # ---------------------------------------------------------------- GradScaler
@@ -549,8 +553,8 @@ class TestGradScaler:
 
     def test_scale_state_lives_on_the_device(self):
         scaler = torch.amp.GradScaler(DEV)
-        scaler.scale(torch.ones((), device="openreg:1"))
-        assert scaler._scale.device == torch.device("openreg", 1)
+        scaler.scale(torch.ones((), device=device(1)))
+        assert scaler._scale.device == torch.device(DEVICE, 1)
         assert scaler._growth_tracker.dtype == torch.int32
 
     @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])

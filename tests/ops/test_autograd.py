@@ -7,7 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import gradcheck
 
-DEV = "openreg"
+from tests import target
+from tests.target import DEVICE, device
+
+DEV = DEVICE
 
 
 @pytest.mark.ops
@@ -16,7 +19,7 @@ class TestAutogradEngine:
         seen = {}
         x = torch.randn(4, device=DEV, requires_grad=True)
         y = x * 2
-        y.register_hook(lambda g: seen.update(openreg=threading.get_ident()))
+        y.register_hook(lambda g: seen.update(device=threading.get_ident()))
         y.sum().backward()
         c = torch.randn(4, requires_grad=True)
         z = c * 2
@@ -24,12 +27,12 @@ class TestAutogradEngine:
         z.sum().backward()
         main = threading.get_ident()
         assert seen["cpu"] == main  # CPU work runs on the calling thread
-        assert seen["openreg"] != main  # device work on the engine's device thread
+        assert seen["device"] != main  # device work on the engine's device thread
 
     def test_each_device_has_its_own_thread(self):
         seen = {}
         for i in (0, 1):
-            x = torch.randn(3, device=f"openreg:{i}", requires_grad=True)
+            x = torch.randn(3, device=device(i), requires_grad=True)
             y = x.exp()
             y.register_hook(lambda g, i=i: seen.update({i: threading.get_ident()}))
             y.sum().backward()
@@ -37,21 +40,21 @@ class TestAutogradEngine:
 
     def test_cross_device_graph(self):
         a = torch.randn(5, requires_grad=True)  # CPU leaf
-        b = torch.randn(5, device="openreg:1", requires_grad=True)
-        c = torch.randn(5, device="openreg:0", requires_grad=True)
-        out = (a.to("openreg:1") * b).to("openreg:0") + c.sin()
+        b = torch.randn(5, device=device(1), requires_grad=True)
+        c = torch.randn(5, device=device(0), requires_grad=True)
+        out = (a.to(device(1)) * b).to(device(0)) + c.sin()
         out.sum().backward()
         assert a.grad.device.type == "cpu"
-        assert b.grad.device == torch.device("openreg:1")
-        assert c.grad.device == torch.device("openreg:0")
+        assert b.grad.device == torch.device(device(1))
+        assert c.grad.device == torch.device(device(0))
         torch.testing.assert_close(a.grad, b.detach().cpu())
         torch.testing.assert_close(b.grad.cpu(), a.detach())
         torch.testing.assert_close(c.grad.cpu(), c.detach().cpu().cos())
 
     def test_backward_waits_for_streams(self):
         x = torch.randn(100, device=DEV, requires_grad=True)
-        s = torch.openreg.Stream()
-        with torch.openreg.stream(s):
+        s = target.device_module.Stream()
+        with target.device_module.stream(s):
             y = (x * 3).sum()
             y.backward()
         torch.testing.assert_close(x.grad.cpu(), torch.full((100,), 3.0))
@@ -103,7 +106,7 @@ class TestGradcheck:
     @pytest.mark.parametrize("name", sorted(GRADCHECK_CASES))
     def test_gradcheck_float64(self, name):
         fn, inputs = GRADCHECK_CASES[name]()
-        assert all(t.device.type == "openreg" for t in inputs)
+        assert all(t.device.type == DEVICE for t in inputs)
         assert gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3)
 
 
@@ -139,6 +142,7 @@ class TestRecurrent:
         else:
             assert gradcheck(lambda x, h: m(x, h), (x, h), eps=1e-6, atol=1e-5)
 
+    @pytest.mark.openreg_only  # the message is openreg's own (its fused-cell kernels)
     def test_fused_cell_shape_errors(self):
         g = torch.randn(2, 8, device=DEV)
         with pytest.raises(RuntimeError, match="gates must be \\[batch, 4 \\* hidden\\]"):

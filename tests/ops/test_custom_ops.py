@@ -10,11 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch.library import opcheck
 
-import torch_openreg
-from torch_openreg.testing import recorded_kernels
+from tests.target import DEVICE
 
-DEV = "openreg"
-ops = torch.ops.openreg
+DEV = DEVICE
 
 # opcheck's test_autograd_registration only knows CPU/CUDA/XPU tensors
 # (NotImplementedError otherwise); the registration is device-independent
@@ -23,7 +21,7 @@ OPCHECK_OPENREG = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"
 
 
 def opcheck_everywhere(op, make_args, kwargs=None):
-    """opcheck with CPU inputs (all checks) and openreg inputs."""
+    """opcheck with CPU inputs (all checks) and device inputs."""
     opcheck(op, make_args("cpu"), kwargs and kwargs("cpu"))
     opcheck(op, make_args(DEV), kwargs and kwargs(DEV), test_utils=OPCHECK_OPENREG)
 
@@ -48,7 +46,7 @@ def loose(dtype):
 
 
 def compiled_matches_eager(fn, *args):
-    """fn compiled (aot_eager, fullgraph) on openreg: same value and gradients as eager."""
+    """fn compiled (aot_eager, fullgraph) on the device: same value and gradients as eager."""
     eager_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
     comp_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
     expected = fn(*eager_args)
@@ -68,12 +66,15 @@ def compiled_matches_eager(fn, *args):
 
 @pytest.mark.ops
 @pytest.mark.smoke
+@pytest.mark.openreg_only  # openreg's own operators (torch.ops.openreg)
 class TestFusedBiasGeluQuick:
+    ops = torch.ops.openreg  # openreg's own operator library
+
     def test_forward_backward_match_cpu(self):
         x, b = rand(4, 16), rand(16, seed=1)
         xd, bd = x.to(DEV).requires_grad_(), b.to(DEV).requires_grad_()
         xc, bc = x.clone().requires_grad_(), b.clone().requires_grad_()
-        y = ops.fused_bias_gelu(xd, bd)
+        y = self.ops.fused_bias_gelu(xd, bd)
         ref = F.gelu(xc + bc)
         assert_same(y, ref.detach())
         grad = rand(4, 16, seed=2)
@@ -84,21 +85,24 @@ class TestFusedBiasGeluQuick:
 
 
 @pytest.mark.ops
+@pytest.mark.openreg_only  # openreg's own operators (torch.ops.openreg)
 class TestFusedBiasGelu:
+    ops = torch.ops.openreg  # openreg's own operator library
+
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
     @pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 8), (0, 4)])
     def test_matches_cpu(self, shape, dtype):
         x, b = rand(*shape, dtype=dtype), rand(shape[-1], dtype=dtype, seed=1)
-        cpu = ops.fused_bias_gelu(x, b)  # the CPU kernel
+        cpu = self.ops.fused_bias_gelu(x, b)  # the CPU kernel
         # The fused kernel adds in opmath before GELU; the unfused reference
         # rounds x + b to the dtype first.
         ref = F.gelu((x.double() + b.double())).to(dtype)
         torch.testing.assert_close(cpu, ref, **loose(dtype))
-        assert_same(ops.fused_bias_gelu(x.to(DEV), b.to(DEV)), cpu, rtol=0, atol=0)
+        assert_same(self.ops.fused_bias_gelu(x.to(DEV), b.to(DEV)), cpu, rtol=0, atol=0)
 
     def test_non_contiguous_input(self):
         x, b = rand(6, 4).t(), rand(6, seed=1)
-        y = ops.fused_bias_gelu(x.to(DEV), b.to(DEV))
+        y = self.ops.fused_bias_gelu(x.to(DEV), b.to(DEV))
         assert y.is_contiguous()
         assert_same(y, F.gelu(x + b))
 
@@ -109,7 +113,7 @@ class TestFusedBiasGelu:
         xc, bc = x.clone().requires_grad_(), b.clone().requires_grad_()
         F.gelu(xc + bc).backward(grad)
         xd, bd = x.to(DEV).requires_grad_(), b.to(DEV).requires_grad_()
-        ops.fused_bias_gelu(xd, bd).backward(grad.to(DEV))
+        self.ops.fused_bias_gelu(xd, bd).backward(grad.to(DEV))
         assert_same(xd.grad, xc.grad, **loose(dtype))
         assert_same(bd.grad, bc.grad, **(dict(atol=0.1, rtol=2e-2) if dtype == torch.bfloat16 else {}))
         assert xd.grad.device == xd.device  # the backward op ran on the device
@@ -118,54 +122,54 @@ class TestFusedBiasGelu:
     def test_gradcheck(self, device):
         x = rand(3, 4, dtype=torch.float64, device=device, requires_grad=True)
         b = rand(4, dtype=torch.float64, seed=1, device=device, requires_grad=True)
-        assert torch.autograd.gradcheck(ops.fused_bias_gelu, (x, b))
+        assert torch.autograd.gradcheck(self.ops.fused_bias_gelu, (x, b))
 
     def test_opcheck(self):
-        opcheck_everywhere(ops.fused_bias_gelu.default,
+        opcheck_everywhere(self.ops.fused_bias_gelu.default,
                            lambda d: (rand(3, 4, device=d, requires_grad=True),
                                       rand(4, seed=1, device=d, requires_grad=True)))
-        opcheck_everywhere(ops.fused_bias_gelu_backward.default,
+        opcheck_everywhere(self.ops.fused_bias_gelu_backward.default,
                            lambda d: (rand(3, 4, seed=2, device=d), rand(3, 4, device=d),
                                       rand(4, seed=1, device=d)))
 
     def test_compile(self):
         def mlp(x, w, b):
-            return ops.fused_bias_gelu(x @ w, b).sum(-1)
+            return self.ops.fused_bias_gelu(x @ w, b).sum(-1)
 
         compiled_matches_eager(mlp, rand(4, 8, device=DEV, requires_grad=True),
                                rand(8, 6, seed=1, device=DEV, requires_grad=True),
                                rand(6, seed=2, device=DEV, requires_grad=True))
 
     def test_meta_and_fake(self):
-        y = ops.fused_bias_gelu(torch.empty(2, 3, 5, device="meta"), torch.empty(5, device="meta"))
+        y = self.ops.fused_bias_gelu(torch.empty(2, 3, 5, device="meta"), torch.empty(5, device="meta"))
         assert y.shape == (2, 3, 5) and y.device.type == "meta"
 
     @pytest.mark.parametrize("device", ["cpu", DEV, "meta"])
     def test_bad_input(self, device):
         x = torch.zeros(3, 4, device=device)
         with pytest.raises(ValueError, match=r"bias must be 1-D with x.size\(-1\) = 4 elements, got shape \[3\]"):
-            ops.fused_bias_gelu(x, torch.zeros(3, device=device))
+            self.ops.fused_bias_gelu(x, torch.zeros(3, device=device))
         with pytest.raises(ValueError, match=r"got shape \[1, 4\]"):
-            ops.fused_bias_gelu(x, torch.zeros(1, 4, device=device))
+            self.ops.fused_bias_gelu(x, torch.zeros(1, 4, device=device))
         with pytest.raises(TypeError, match=r"bias must have x's dtype \(Float\), got Double"):
-            ops.fused_bias_gelu(x, torch.zeros(4, dtype=torch.float64, device=device))
+            self.ops.fused_bias_gelu(x, torch.zeros(4, dtype=torch.float64, device=device))
         with pytest.raises(TypeError, match="x must be float32, float64, float16 or bfloat16, got Long"):
-            ops.fused_bias_gelu(x.long(), torch.zeros(4, dtype=torch.long, device=device))
+            self.ops.fused_bias_gelu(x.long(), torch.zeros(4, dtype=torch.long, device=device))
         with pytest.raises(ValueError, match="at least one dimension"):
-            ops.fused_bias_gelu(torch.zeros((), device=device), torch.zeros(1, device=device))
+            self.ops.fused_bias_gelu(torch.zeros((), device=device), torch.zeros(1, device=device))
 
     def test_device_mismatch(self):
         with pytest.raises(RuntimeError, match="x and bias must be on the same device, got x on openreg:0 and bias on cpu"):
-            ops.fused_bias_gelu(torch.zeros(3, 4, device=DEV), torch.zeros(4))
+            self.ops.fused_bias_gelu(torch.zeros(3, 4, device=DEV), torch.zeros(4))
         if torch.openreg.device_count() > 1:
             with pytest.raises(RuntimeError, match="bias on openreg:1"):
-                ops.fused_bias_gelu(torch.zeros(3, 4, device=DEV), torch.zeros(4, device="openreg:1"))
+                self.ops.fused_bias_gelu(torch.zeros(3, 4, device=DEV), torch.zeros(4, device="openreg:1"))
 
     def test_runs_on_the_tensors_device(self):
         if torch.openreg.device_count() < 2:
             pytest.skip("needs OPENREG_DEVICE_COUNT >= 2")
         x, b = rand(3, 4, device="openreg:1"), rand(4, seed=1, device="openreg:1")
-        y = ops.fused_bias_gelu(x, b)
+        y = self.ops.fused_bias_gelu(x, b)
         assert y.device == torch.device("openreg", 1)
         torch.testing.assert_close(y.cpu(), F.gelu(x.cpu() + b.cpu()))
 
@@ -174,7 +178,10 @@ class TestFusedBiasGelu:
 
 
 @pytest.mark.ops
+@pytest.mark.openreg_only  # openreg's own operators (torch.ops.openreg)
 class TestScaledAddStructured:
+    ops = torch.ops.openreg  # openreg's own operator library
+
     CASES = [  # self, other, alpha: broadcasting and type promotion as torch.add
         (dict(shape=(3, 4)), dict(shape=(4,)), 2.5),
         (dict(shape=(2, 1, 4)), dict(shape=(3, 1)), -1.0),
@@ -193,7 +200,7 @@ class TestScaledAddStructured:
     def test_functional(self, case, device):
         a, b, alpha = self.CASES[case]
         x, y = self.make(a, 0), self.make(b, 1)
-        got = ops.scaled_add(x.to(device), y.to(device), alpha)
+        got = self.ops.scaled_add(x.to(device), y.to(device), alpha)
         expected = torch.add(x, y, alpha=alpha)
         assert got.device.type == device and got.dtype == expected.dtype
         torch.testing.assert_close(got.cpu(), expected)
@@ -202,7 +209,7 @@ class TestScaledAddStructured:
     def test_meta_matches(self, case):
         a, b, alpha = self.CASES[case]
         x, y = self.make(a, 0), self.make(b, 1)
-        m = ops.scaled_add(x.to("meta"), y.to("meta"), alpha)
+        m = self.ops.scaled_add(x.to("meta"), y.to("meta"), alpha)
         expected = torch.add(x, y, alpha=alpha)
         assert m.device.type == "meta" and m.shape == expected.shape and m.dtype == expected.dtype
 
@@ -212,28 +219,28 @@ class TestScaledAddStructured:
         expected = torch.add(x.cpu(), y.cpu(), alpha=2.0)
         out = torch.empty(3, 4, device=device)
         storage = out.untyped_storage().data_ptr()
-        assert ops.scaled_add.out(x, y, 2.0, out=out) is out
+        assert self.ops.scaled_add.out(x, y, 2.0, out=out) is out
         assert out.untyped_storage().data_ptr() == storage  # written in place
         torch.testing.assert_close(out.cpu(), expected)
         # An empty out is resized silently, a wrong-sized one with ATen's warning.
         out = torch.empty(0, device=device)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            ops.scaled_add.out(x, y, 2.0, out=out)
+            self.ops.scaled_add.out(x, y, 2.0, out=out)
         torch.testing.assert_close(out.cpu(), expected)
         out = torch.empty(5, device=device)
         capfd.readouterr()
-        ops.scaled_add.out(x, y, 2.0, out=out)
+        self.ops.scaled_add.out(x, y, 2.0, out=out)
         # torch.ops calls print C++ warnings to stderr (no Python warning).
         assert "An output with one or more elements was resized" in capfd.readouterr().err
         torch.testing.assert_close(out.cpu(), expected)
         # A wider out dtype receives the cast result.
         out = torch.empty(3, 4, dtype=torch.float64, device=device)
-        ops.scaled_add.out(x, y, 2.0, out=out)
+        self.ops.scaled_add.out(x, y, 2.0, out=out)
         torch.testing.assert_close(out.cpu(), expected.double())
         # A non-contiguous out is written through its strides.
         base = torch.zeros(4, 3, device=device)
-        ops.scaled_add.out(x, y, 2.0, out=base.t())
+        self.ops.scaled_add.out(x, y, 2.0, out=base.t())
         torch.testing.assert_close(base.t().cpu(), expected)
 
     @pytest.mark.parametrize("device", ["cpu", DEV])
@@ -241,35 +248,35 @@ class TestScaledAddStructured:
         x, y = rand(3, 4, device=device), rand(4, seed=1, device=device)
         expected = torch.add(x.cpu(), y.cpu(), alpha=-0.5)
         ptr = x.data_ptr()
-        assert ops.scaled_add_(x, y, -0.5) is x
+        assert self.ops.scaled_add_(x, y, -0.5) is x
         assert x.data_ptr() == ptr
         torch.testing.assert_close(x.cpu(), expected)
         # self may alias other
         z = rand(5, device=device)
         expected = z.cpu() * 3
-        ops.scaled_add_(z, z, 2.0)
+        self.ops.scaled_add_(z, z, 2.0)
         torch.testing.assert_close(z.cpu(), expected)
 
     @pytest.mark.parametrize("device", ["cpu", DEV, "meta"])
     def test_bad_input(self, device):
         x, y = torch.zeros(3, 4, device=device), torch.zeros(4, device=device)
         with pytest.raises(RuntimeError, match=r"The size of tensor a \(4\) must match the size of tensor b \(5\)"):
-            ops.scaled_add(x, torch.zeros(5, device=device), 1.0)
+            self.ops.scaled_add(x, torch.zeros(5, device=device), 1.0)
         with pytest.raises(RuntimeError, match="For integral input tensors, argument alpha must not be a floating point number"):
-            ops.scaled_add(x.long(), y.long(), 0.5)
+            self.ops.scaled_add(x.long(), y.long(), 0.5)
         with pytest.raises(RuntimeError, match=r"output with shape \[4\] doesn't match the broadcast shape \[3, 4\]"):
-            ops.scaled_add_(torch.zeros(4, device=device), x, 1.0)
+            self.ops.scaled_add_(torch.zeros(4, device=device), x, 1.0)
         with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
-            ops.scaled_add_(x.long(), y, 1.0)
+            self.ops.scaled_add_(x.long(), y, 1.0)
         with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
-            ops.scaled_add.out(x, y, 1.0, out=torch.zeros(3, 4, dtype=torch.long, device=device))
+            self.ops.scaled_add.out(x, y, 1.0, out=torch.zeros(3, 4, dtype=torch.long, device=device))
 
     def test_device_mismatch(self):
         x = torch.zeros(3, 4, device=DEV)
         with pytest.raises(RuntimeError, match="self and other must be on the same device, got openreg:0 and cpu"):
-            ops.scaled_add(x, torch.zeros(4), 1.0)
+            self.ops.scaled_add(x, torch.zeros(4), 1.0)
         with pytest.raises(RuntimeError, match="out is on cpu but the inputs are on openreg:0"):
-            ops.scaled_add.out(x, x, 1.0, out=torch.zeros(3, 4))
+            self.ops.scaled_add.out(x, x, 1.0, out=torch.zeros(3, 4))
 
     @pytest.mark.parametrize("device", ["cpu", DEV])
     def test_gradients(self, device):
@@ -277,7 +284,7 @@ class TestScaledAddStructured:
         y = rand(3, 1, dtype=torch.float64, seed=1, device=device, requires_grad=True)
         xc, yc = (t.detach().cpu().requires_grad_() for t in (x, y))
         grad = rand(2, 3, 4, dtype=torch.float64, seed=2)
-        ops.scaled_add(x, y, 1.5).backward(grad.to(device))
+        self.ops.scaled_add(x, y, 1.5).backward(grad.to(device))
         torch.add(xc, yc, alpha=1.5).backward(grad)
         for d, c in [(x, xc), (y, yc)]:
             assert d.grad.dtype == c.grad.dtype and d.grad.shape == c.grad.shape
@@ -287,45 +294,45 @@ class TestScaledAddStructured:
     def test_gradcheck(self, device):
         x = rand(3, 4, dtype=torch.float64, device=device, requires_grad=True)
         y = rand(4, dtype=torch.float64, seed=1, device=device, requires_grad=True)
-        assert torch.autograd.gradcheck(lambda a, b: ops.scaled_add(a, b, -0.7), (x, y))
+        assert torch.autograd.gradcheck(lambda a, b: self.ops.scaled_add(a, b, -0.7), (x, y))
 
     @pytest.mark.parametrize("device", ["cpu", DEV])
     def test_mutating_variants_refuse_gradients(self, device):
         w = rand(4, device=device, requires_grad=True)
         with pytest.raises(RuntimeError, match="don't support automatic differentiation.*use openreg::scaled_add"):
-            ops.scaled_add_(w * 2, torch.ones(4, device=device), 1.0)
+            self.ops.scaled_add_(w * 2, torch.ones(4, device=device), 1.0)
         with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
-            ops.scaled_add.out(w, w, 1.0, out=torch.empty(4, device=device))
+            self.ops.scaled_add.out(w, w, 1.0, out=torch.empty(4, device=device))
         with torch.no_grad():  # allowed, as for any in-place update of a parameter
-            ops.scaled_add_(w, torch.ones(4, device=device), 1.0)
+            self.ops.scaled_add_(w, torch.ones(4, device=device), 1.0)
 
     @pytest.mark.parametrize("device", ["cpu", DEV])
     def test_version_counter(self, device):
         x, out = torch.zeros(3, device=device), torch.zeros(3, device=device)
         v, vo = x._version, out._version
-        ops.scaled_add_(x, x, 1.0)
-        ops.scaled_add.out(x, x, 1.0, out=out)
+        self.ops.scaled_add_(x, x, 1.0)
+        self.ops.scaled_add.out(x, x, 1.0, out=out)
         assert x._version == v + 1 and out._version == vo + 1
 
     def test_opcheck(self):
-        opcheck_everywhere(ops.scaled_add.default,
+        opcheck_everywhere(self.ops.scaled_add.default,
                            lambda d: (rand(3, 4, device=d, requires_grad=True),
                                       rand(4, seed=1, device=d, requires_grad=True), 0.5))
-        opcheck_everywhere(ops.scaled_add_.default,
+        opcheck_everywhere(self.ops.scaled_add_.default,
                            lambda d: (rand(3, 4, device=d), rand(4, seed=1, device=d), 0.5))
-        opcheck_everywhere(ops.scaled_add.out,
+        opcheck_everywhere(self.ops.scaled_add.out,
                            lambda d: (rand(3, 4, device=d), rand(4, seed=1, device=d), 0.5),
                            lambda d: {"out": torch.empty(3, 4, device=d)})
 
     def test_compile_functional(self):
-        compiled_matches_eager(lambda x, y: ops.scaled_add(x, y, 0.5).square(),
+        compiled_matches_eager(lambda x, y: self.ops.scaled_add(x, y, 0.5).square(),
                                rand(3, 4, device=DEV, requires_grad=True),
                                rand(4, seed=1, device=DEV, requires_grad=True))
 
     def test_compile_mutating_variants(self):
         def f(x, y, out):
-            ops.scaled_add_(x, y, 2.0)
-            ops.scaled_add.out(x, y, -1.0, out=out)
+            self.ops.scaled_add_(x, y, 2.0)
+            self.ops.scaled_add.out(x, y, -1.0, out=out)
             return out * 2
 
         # (An out= that needs resizing is a graph break in Dynamo, for any op.)
@@ -346,7 +353,10 @@ class TestScaledAddStructured:
 
 @pytest.mark.ops
 class TestAddcmulDispatchStub:
+    @pytest.mark.openreg_only  # openreg's recorded kernel names (torch_openreg.testing)
     def test_openreg_kernel_runs_for_every_variant(self):
+        from torch_openreg.testing import recorded_kernels
+
         a, t1, t2 = rand(3, 4), rand(4, seed=1), rand(3, 1, seed=2)
         expected = torch.addcmul(a, t1, t2, value=0.5)
         ad, t1d, t2d = a.to(DEV), t1.to(DEV), t2.to(DEV)
@@ -408,6 +418,7 @@ class TestAddcmulDispatchStub:
         assert torch.autograd.gradcheck(lambda a, b, c: torch.addcmul(a, b, c, value=0.3),
                                         [d.detach().requires_grad_() for d in dev])
 
+    @pytest.mark.openreg_only  # the dtype error names the CPU loop openreg's kernel reuses
     def test_errors(self):
         x = torch.zeros(3, device=DEV)
         with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
@@ -439,18 +450,24 @@ class TestAddcmulDispatchStub:
 
 
 @pytest.mark.ops
+@pytest.mark.openreg_only  # openreg's own operators (torch.ops.openreg, torch_openreg.ops)
 class TestRmsNormPythonOp:
+    ops = torch.ops.openreg  # openreg's own operator library
+
     def reference(self, x, w, eps):
         return F.rms_norm(x, (x.shape[-1],), w, eps)
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
     def test_both_implementations_match_cpu(self, dtype):
+        import torch_openreg
+        from torch_openreg.testing import recorded_kernels
+
         x, w = rand(4, 3, 8, dtype=dtype), rand(8, dtype=dtype, seed=1)
         expected = self.reference(x, w, 1e-5)
-        torch.testing.assert_close(ops.rms_norm(x, w, 1e-5), expected, **loose(dtype))  # default impl
+        torch.testing.assert_close(self.ops.rms_norm(x, w, 1e-5), expected, **loose(dtype))  # default impl
         xd, wd = x.to(DEV), w.to(DEV)
         with recorded_kernels() as k:
-            assert_same(ops.rms_norm(xd, wd, 1e-5), expected, **loose(dtype))
+            assert_same(self.ops.rms_norm(xd, wd, 1e-5), expected, **loose(dtype))
         # openreg's implementation ran: its one reduction is a vector norm (the
         # default implementation squares and takes a mean instead).
         assert any("vector_norm" in name for name in k), k
@@ -464,7 +481,7 @@ class TestRmsNormPythonOp:
         w = rand(6, seed=1, device=device, requires_grad=True)
         xc, wc = (t.detach().cpu().requires_grad_() for t in (x, w))
         grad = rand(2, 5, 6, seed=2)
-        ops.rms_norm(x, w, 1e-5).backward(grad.to(device))
+        self.ops.rms_norm(x, w, 1e-5).backward(grad.to(device))
         self.reference(xc, wc, 1e-5).backward(grad)
         torch.testing.assert_close(x.grad.cpu(), xc.grad)
         torch.testing.assert_close(w.grad.cpu(), wc.grad)
@@ -473,15 +490,15 @@ class TestRmsNormPythonOp:
     def test_gradcheck(self, device):
         x = rand(3, 4, dtype=torch.float64, device=device, requires_grad=True)
         w = rand(4, dtype=torch.float64, seed=1, device=device, requires_grad=True)
-        assert torch.autograd.gradcheck(lambda a, b: ops.rms_norm(a, b, 1e-3), (x, w))
+        assert torch.autograd.gradcheck(lambda a, b: self.ops.rms_norm(a, b, 1e-3), (x, w))
 
     def test_opcheck(self):
-        opcheck_everywhere(ops.rms_norm.default,
+        opcheck_everywhere(self.ops.rms_norm.default,
                            lambda d: (rand(3, 4, device=d, requires_grad=True),
                                       rand(4, seed=1, device=d, requires_grad=True), 1e-5))
 
     def test_compile(self):
-        compiled_matches_eager(lambda x, w: ops.rms_norm(x, w, 1e-5) * 2,
+        compiled_matches_eager(lambda x, w: self.ops.rms_norm(x, w, 1e-5) * 2,
                                rand(3, 8, device=DEV, requires_grad=True),
                                rand(8, seed=1, device=DEV, requires_grad=True))
 
@@ -489,12 +506,12 @@ class TestRmsNormPythonOp:
     def test_bad_input(self, device):
         x = torch.zeros(3, 4, device=device)
         with pytest.raises(ValueError, match=r"weight must be 1-D with x.shape\[-1\] = 4 elements, got shape \(3,\)"):
-            ops.rms_norm(x, torch.zeros(3, device=device), 1e-5)
+            self.ops.rms_norm(x, torch.zeros(3, device=device), 1e-5)
         with pytest.raises(TypeError, match=r"weight must have x's dtype \(torch.float32\), got torch.float64"):
-            ops.rms_norm(x, torch.zeros(4, dtype=torch.float64, device=device), 1e-5)
+            self.ops.rms_norm(x, torch.zeros(4, dtype=torch.float64, device=device), 1e-5)
         with pytest.raises(TypeError, match="x must be a floating-point tensor, got torch.int64"):
-            ops.rms_norm(x.long(), torch.zeros(4, dtype=torch.long, device=device), 1e-5)
+            self.ops.rms_norm(x.long(), torch.zeros(4, dtype=torch.long, device=device), 1e-5)
 
     def test_device_mismatch(self):
         with pytest.raises(RuntimeError, match="x and weight must be on the same device, got x on openreg:0 and weight on cpu"):
-            ops.rms_norm(torch.zeros(3, 4, device=DEV), torch.zeros(4), 1e-5)
+            self.ops.rms_norm(torch.zeros(3, 4, device=DEV), torch.zeros(4), 1e-5)

@@ -7,9 +7,10 @@ import torch.nn.functional as F
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-import torch_openreg
+from tests import target
+from tests.target import DEVICE, device
 
-DEV = "openreg"
+DEV = DEVICE
 SAME = "Expected all tensors to be on the same device"
 
 # Operators that accept the CPU tensor the sweep moves, and why CUDA accepts it too.
@@ -37,12 +38,12 @@ ACCEPTED_ON_CUDA = {
 NOT_APPLICABLE = {  # operators the sweep cannot exercise on this machine
     "jiterator_binary", "jiterator_4inputs_with_extra_args", "jiterator_binary_return_by_ref",
     "jiterator_2inputs_2outputs", "jiterator_unary",  # CUDA-only
-    "sparse.sampled_addmm", "sparse.mm",  # sparse openreg tensors are not supported
+    "sparse.sampled_addmm", "sparse.mm",  # sparse device tensors (openreg has none)
 }
 
 
 def _mix_case(op):
-    """(openreg args with one non-scalar tensor moved back to the CPU) or None."""
+    """(device args with one non-scalar tensor moved back to the CPU) or None."""
     if torch.float32 not in op.supported_dtypes("cpu"):
         return None
     for s in op.sample_inputs("cpu", torch.float32):
@@ -80,8 +81,10 @@ class TestSameDeviceErrors:
         lambda o, c: torch.where(o > 0, o, c),
         lambda o, c: F.scaled_dot_product_attention(o.view(1, 1, 1, 3), c.view(1, 1, 1, 3),
                                                     c.view(1, 1, 1, 3)),
-        lambda o, c: torch.ops.openreg.fused_bias_gelu(o.view(1, 3), c),
-    ], ids=["add_cpu_first", "add_openreg_first", "matmul", "cat", "linear", "conv2d", "where",
+        # openreg's own custom operator
+        pytest.param(lambda o, c: torch.ops.openreg.fused_bias_gelu(o.view(1, 3), c),
+                     marks=pytest.mark.openreg_only),
+    ], ids=["add_cpu_first", "add_device_first", "matmul", "cat", "linear", "conv2d", "where",
             "sdpa", "custom_op"])
     def test_mix_raises(self, call):
         o, c = torch.ones(3, device=DEV), torch.ones(3)
@@ -90,10 +93,10 @@ class TestSameDeviceErrors:
 
     def test_message_is_cudas(self):
         o, c = torch.ones(3, device=DEV), torch.ones(3)
-        with pytest.raises(RuntimeError, match=SAME + ", but found at least two devices, openreg:0 and cpu!"):
+        with pytest.raises(RuntimeError, match=SAME + f", but found at least two devices, {device(0)} and cpu!"):
             torch.add(c, o)
         with pytest.raises(RuntimeError, match=SAME + ", but got mat2 is on cpu, different from "
-                           "other tensors on openreg:0"):
+                           f"other tensors on {device(0)}"):
             torch.mm(o.view(1, 3), c.view(3, 1))
 
     @pytest.mark.parametrize("call", [
@@ -115,11 +118,11 @@ class TestSameDeviceErrors:
             assert torch.equal(x, before)
 
     def test_two_openreg_devices(self):
-        if torch.openreg.device_count() < 2:
-            pytest.skip("needs two openreg devices")
-        a, b = torch.ones(3, device="openreg:0"), torch.ones(3, device="openreg:1")
+        if target.device_module.device_count() < 2:
+            pytest.skip(f"needs two {DEVICE} devices")
+        a, b = torch.ones(3, device=device(0)), torch.ones(3, device=device(1))
         with pytest.raises(RuntimeError, match=SAME + ", but found at least two devices, "
-                           "openreg:0 and openreg:1!"):
+                           f"{device(0)} and {device(1)}!"):
             a + b
         with pytest.raises(RuntimeError, match=SAME):
             torch.cat([a, b])

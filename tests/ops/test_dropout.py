@@ -11,7 +11,10 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-DEV = "openreg"
+from tests import target
+from tests.target import DEVICE
+
+DEV = DEVICE
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 
@@ -50,7 +53,7 @@ class TestFusedDropout:
         torch.manual_seed(0)
         x = torch.randn(8, 16)
         xd = x.to(DEV).requires_grad_()
-        torch.openreg.manual_seed(3)
+        target.device_module.manual_seed(3)
         y = F.dropout(xd, 0.25, training=True)
         (y * y).sum().backward()
         keep = (y.detach().cpu() != 0) | (x == 0)
@@ -60,9 +63,9 @@ class TestFusedDropout:
 
     def test_same_seed_same_mask(self):
         x = torch.randn(64, device=DEV)
-        torch.openreg.manual_seed(7)
+        target.device_module.manual_seed(7)
         a = F.dropout(x, 0.5)
-        torch.openreg.manual_seed(7)
+        target.device_module.manual_seed(7)
         b = F.dropout(x, 0.5)
         assert torch.equal(a.cpu(), b.cpu())
 

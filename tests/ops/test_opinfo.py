@@ -25,6 +25,9 @@ import faulthandler
 import pytest
 import torch
 
+from tests import target
+from tests.target import DEVICE
+
 from . import opinfo_harness as H
 from .opinfo_skips import RANDOM, RANDOM_SAMPLES, SAMPLE_SKIPS, SKIPS, VALUES_UNCHECKED
 
@@ -65,8 +68,9 @@ def _report(op_name, group, failures, total):
 
 def _run(op_name, group, record):
     op = H.OPS[op_name]
-    if group == H.DEVICE1 and torch.openreg.device_count() < 2:
-        pytest.skip("the device1 group needs two openreg devices (OPENREG_DEVICE_COUNT >= 2)")
+    if group == H.DEVICE1 and target.device_module.device_count() < 2:
+        # (openreg: OPENREG_DEVICE_COUNT >= 2)
+        pytest.skip(f"the device1 group needs two {DEVICE} devices")
     reason = H.lookup(SKIPS, op, group)
     if reason is not None:
         if record:

@@ -11,7 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-DEV = "openreg"
+from tests.target import DEVICE
+
+DEV = DEVICE
 BYTE_QDTYPES = [torch.qint8, torch.quint8, torch.qint32]
 SUB_BYTE = [torch.quint4x2, torch.quint2x4]
 QDTYPES = BYTE_QDTYPES + SUB_BYTE

@@ -13,7 +13,10 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-DEV = "openreg"
+from tests import target
+from tests.target import DEVICE
+
+DEV = DEVICE
 MASK32 = 0xFFFFFFFF
 
 
@@ -42,60 +45,65 @@ def state_of(seed, offset):
 
 
 def set_offset(offset, device=DEV):
-    seed = torch.openreg.initial_seed() if device == DEV else torch.Generator(device).initial_seed()
-    torch.openreg.set_rng_state(state_of(seed, offset), device)
+    seed = target.device_module.initial_seed() if device == DEV else torch.Generator(device).initial_seed()
+    target.device_module.set_rng_state(state_of(seed, offset), device)
 
 
 def offset_now(device=DEV):
-    return struct.unpack("<Qq", bytes(torch.openreg.get_rng_state(device).tolist()))[1]
+    return struct.unpack("<Qq", bytes(target.device_module.get_rng_state(device).tolist()))[1]
 
 
 @pytest.mark.ops
 @pytest.mark.smoke
 class TestState:
+    @pytest.mark.openreg_only  # openreg's generator state layout
     def test_layout_is_cudas_seed_then_offset(self):
-        torch.openreg.manual_seed(0x0123456789ABCDEF)
-        s = torch.openreg.get_rng_state()
+        target.device_module.manual_seed(0x0123456789ABCDEF)
+        s = target.device_module.get_rng_state()
         assert s.dtype == torch.uint8 and s.device.type == "cpu" and s.shape == (16,)
         assert bytes(s.tolist()) == struct.pack("<Qq", 0x0123456789ABCDEF, 0)
-        assert torch.openreg.initial_seed() == 0x0123456789ABCDEF
+        assert target.device_module.initial_seed() == 0x0123456789ABCDEF
 
     @pytest.mark.parametrize("n, used", [(1, 4), (4, 4), (5, 8), (100, 100), (0, 0)])
+    @pytest.mark.openreg_only  # openreg's Philox offsets
     def test_a_draw_of_n_elements_advances_the_offset_by_n_rounded_up_to_4(self, n, used):
-        torch.openreg.manual_seed(1)
+        target.device_module.manual_seed(1)
         torch.rand(n, device=DEV)
         assert offset_now() == used
         torch.randn(n, device=DEV, dtype=torch.float64)  # every dtype and distribution alike
         assert offset_now() == 2 * used
 
     def test_round_trip(self):
-        torch.openreg.manual_seed(5)
+        target.device_module.manual_seed(5)
         torch.rand(10, device=DEV)
-        state = torch.openreg.get_rng_state()
+        state = target.device_module.get_rng_state()
         a = torch.rand(50, device=DEV).cpu()
-        torch.openreg.set_rng_state(state)
+        target.device_module.set_rng_state(state)
         assert torch.equal(torch.rand(50, device=DEV).cpu(), a)
-        states = torch.openreg.get_rng_state_all()
+        states = target.device_module.get_rng_state_all()
         b = [torch.rand(3, device=f"{DEV}:{i}").cpu() for i in range(len(states))]
-        torch.openreg.set_rng_state_all(states)
+        target.device_module.set_rng_state_all(states)
         assert all(torch.equal(torch.rand(3, device=f"{DEV}:{i}").cpu(), x) for i, x in enumerate(b))
 
+    @pytest.mark.openreg_only  # openreg's generator state layout
     def test_an_eight_byte_state_is_a_seed_at_offset_zero(self):
-        torch.openreg.set_rng_state(torch.tensor(list(struct.pack("<Q", 77)), dtype=torch.uint8))
-        assert bytes(torch.openreg.get_rng_state().tolist()) == struct.pack("<Qq", 77, 0)
+        target.device_module.set_rng_state(torch.tensor(list(struct.pack("<Q", 77)), dtype=torch.uint8))
+        assert bytes(target.device_module.get_rng_state().tolist()) == struct.pack("<Qq", 77, 0)
 
+    @pytest.mark.openreg_only  # openreg's state layout and its messages
     def test_bad_states_are_refused_by_type_and_message(self):
-        before = torch.openreg.get_rng_state()
+        before = target.device_module.get_rng_state()
         with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
-            torch.openreg.set_rng_state(torch.zeros(16, dtype=torch.int32))
+            target.device_module.set_rng_state(torch.zeros(16, dtype=torch.int32))
         with pytest.raises(RuntimeError, match="RNG state is wrong size.*16 bytes"):
-            torch.openreg.set_rng_state(torch.zeros(5056, dtype=torch.uint8))
+            target.device_module.set_rng_state(torch.zeros(5056, dtype=torch.uint8))
         with pytest.raises(RuntimeError, match="offset must be a multiple of 4"):
-            torch.openreg.set_rng_state(state_of(1, 6))
+            target.device_module.set_rng_state(state_of(1, 6))
         with pytest.raises(RuntimeError, match="must not be negative"):
-            torch.openreg.set_rng_state(state_of(1, -4))
-        assert torch.equal(torch.openreg.get_rng_state(), before)  # nothing half-applied
+            target.device_module.set_rng_state(state_of(1, -4))
+        assert torch.equal(target.device_module.get_rng_state(), before)  # nothing half-applied
 
+    @pytest.mark.openreg_only  # openreg's Philox offsets
     def test_generator_api_as_on_cuda(self):
         g = torch.Generator(device=DEV)
         assert g.device == torch.device(DEV, 0)
@@ -110,10 +118,11 @@ class TestState:
         s = g.seed()
         assert g.initial_seed() == s and g.get_offset() == 0
         # A generator of its own does not touch the device's default one.
-        before = torch.openreg.get_rng_state()
+        before = target.device_module.get_rng_state()
         torch.randn(9, device=DEV, generator=g)
-        assert torch.equal(torch.openreg.get_rng_state(), before)
+        assert torch.equal(target.device_module.get_rng_state(), before)
 
+    @pytest.mark.openreg_only  # openreg's Philox offsets
     def test_graphsafe_state_is_shared_not_copied(self):
         g = torch.Generator(device=DEV).manual_seed(3)
         shared = g.graphsafe_get_state()
@@ -131,11 +140,12 @@ class TestState:
 
     def test_a_cpu_generator_is_refused_for_openreg_tensors_as_on_cuda(self):
         x = torch.empty(4, device=DEV)
-        with pytest.raises(RuntimeError, match="Expected a 'openreg' device type for generator but found 'cpu'"):
+        with pytest.raises(RuntimeError, match=f"Expected a '{DEVICE}' device type for generator but found 'cpu'"):
             x.uniform_(generator=torch.Generator())
-        with pytest.raises(RuntimeError, match="Expected a 'openreg' device type for generator but found 'cpu'"):
+        with pytest.raises(RuntimeError, match=f"Expected a '{DEVICE}' device type for generator but found 'cpu'"):
             torch.poisson(torch.ones(3, device=DEV), generator=torch.Generator())
 
+    @pytest.mark.openreg_only  # openreg's generator state layout
     def test_set_rng_state_under_fake_tensor_mode(self):
         # DTensor's LocalTensor mode restores states inside a FakeTensorMode:
         # the bytes are read without a tensor operation.
@@ -143,64 +153,65 @@ class TestState:
 
         state = state_of(123, 40)
         with FakeTensorMode():
-            torch.openreg.set_rng_state(state)
-        assert bytes(torch.openreg.get_rng_state().tolist()) == struct.pack("<Qq", 123, 40)
+            target.device_module.set_rng_state(state)
+        assert bytes(target.device_module.get_rng_state().tolist()) == struct.pack("<Qq", 123, 40)
 
 
 @pytest.mark.ops
 @pytest.mark.smoke
+@pytest.mark.openreg_only  # openreg's Philox stream rule (docs/rng.md)
 class TestStreamRule:
     """The values are the documented Philox positions (the pure-Python oracle)."""
 
     def test_uniform_float_is_word_0_of_each_position(self):
         seed, base = 2024, 12
-        torch.openreg.set_rng_state(state_of(seed, base))
+        target.device_module.set_rng_state(state_of(seed, base))
         got = torch.rand(9, device=DEV).cpu()
         want = torch.tensor([(word(seed, base + i, 0) & 0xFFFFFF) / 2 ** 24 for i in range(9)])
         assert torch.equal(got, want)
 
     def test_uniform_double_and_full_range_integers_use_two_words(self):
         seed, base = 7, 400
-        torch.openreg.set_rng_state(state_of(seed, base))
+        target.device_module.set_rng_state(state_of(seed, base))
         got = torch.rand(5, device=DEV, dtype=torch.float64).cpu()
         u64 = [word(seed, base + i, 0) | word(seed, base + i, 1) << 32 for i in range(5)]
         assert torch.equal(got, torch.tensor([(v & (2 ** 53 - 1)) / 2 ** 53 for v in u64],
                                              dtype=torch.float64))
-        torch.openreg.set_rng_state(state_of(seed, base))
+        target.device_module.set_rng_state(state_of(seed, base))
         full = torch.empty(5, dtype=torch.int64, device=DEV).random_(-2 ** 63, None).cpu()
         assert full.tolist() == [v - 2 ** 64 if v >= 2 ** 63 else v for v in u64]
 
     def test_randint_is_word_0_modulo_the_range(self):
         seed, base = 99, 0
-        torch.openreg.set_rng_state(state_of(seed, base))
+        target.device_module.set_rng_state(state_of(seed, base))
         got = torch.randint(-5, 1000, (7,), device=DEV).cpu()
         assert got.tolist() == [word(seed, base + i, 0) % 1005 - 5 for i in range(7)]
 
     def test_bernoulli_and_dropout_keep_where_word_0_is_below_p(self):
         seed, base, p = 5, 8, 0.3
-        torch.openreg.set_rng_state(state_of(seed, base))
+        target.device_module.set_rng_state(state_of(seed, base))
         got = torch.empty(64, device=DEV).bernoulli_(p).cpu()
         want = torch.tensor([float(word(seed, base + i, 0) / 2 ** 32 < p) for i in range(64)])
         assert torch.equal(got, want)
         # dropout(p) keeps with probability 1 - p: the same rule, same positions.
-        torch.openreg.set_rng_state(state_of(seed, base))
+        target.device_module.set_rng_state(state_of(seed, base))
         kept = F.dropout(torch.ones(64, device=DEV), 0.5).cpu() != 0
         assert kept.tolist() == [word(seed, base + i, 0) / 2 ** 32 < 0.5 for i in range(64)]
 
     def test_positions_follow_the_logical_order_of_a_strided_result(self):
-        torch.openreg.manual_seed(3)
+        target.device_module.manual_seed(3)
         a = torch.empty(6, 4, device=DEV).t().normal_().cpu()  # shape (4, 6), strides (1, 4)
-        torch.openreg.manual_seed(3)
+        target.device_module.manual_seed(3)
         b = torch.empty(4, 6, device=DEV).normal_().cpu()
         assert torch.equal(a, b)
 
     def test_the_same_positions_on_any_thread_count(self):
-        torch.openreg.manual_seed(8)
+        target.device_module.manual_seed(8)
         a = torch.randn(100_000, device=DEV).cpu()
         prev = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            torch.openreg.manual_seed(8)
+            target.device_module.manual_seed(8)
             b = torch.randn(100_000, device=DEV).cpu()
         finally:
             torch.set_num_threads(prev)
@@ -224,6 +235,7 @@ DRAWS = {
 
 
 @pytest.mark.ops
+@pytest.mark.openreg_only  # openreg's Philox offsets
 class TestSplitProperty:
     """Drawing n elements at offset b gives positions b..b+n: a tensor drawn
     in two parts, the second at b + n1, equals the tensor drawn at once
@@ -238,9 +250,9 @@ class TestSplitProperty:
             n = n1 + 1
         base *= 4
         draw = DRAWS[dist]
-        torch.openreg.set_rng_state(state_of(seed, base))
+        target.device_module.set_rng_state(state_of(seed, base))
         whole = draw(torch.empty(n, device=DEV)).cpu()
-        torch.openreg.set_rng_state(state_of(seed, base))
+        target.device_module.set_rng_state(state_of(seed, base))
         first = draw(torch.empty(n1, device=DEV)).cpu()
         assert offset_now() == base + n1
         second = draw(torch.empty(n - n1, device=DEV)).cpu()
@@ -252,10 +264,10 @@ class TestSplitProperty:
     def test_a_shard_drawn_at_its_offset_is_that_part_of_the_whole(self):
         # The offset-based tracker's recipe for Shard(0) of a (8, 6) tensor on
         # 4 ranks: rank r draws its (2, 6) shard at offset + r * 12.
-        torch.openreg.manual_seed(17)
+        target.device_module.manual_seed(17)
         full = torch.empty(8, 6, device=DEV).uniform_().cpu()
         for r in range(4):
-            torch.openreg.set_rng_state(state_of(17, r * 12))
+            target.device_module.set_rng_state(state_of(17, r * 12))
             shard = torch.empty(2, 6, device=DEV).uniform_().cpu()
             assert torch.equal(shard, full[2 * r: 2 * r + 2])
 
@@ -270,7 +282,7 @@ class TestDistributions:
     N = 400_000
 
     def draw(self, fn, dtype=torch.float32, seed=0):
-        torch.openreg.manual_seed(seed)
+        target.device_module.manual_seed(seed)
         return fn(torch.empty(self.N, device=DEV, dtype=dtype)).cpu()
 
     # (draw, mean, variance): the moments of the distribution
@@ -324,18 +336,19 @@ class TestDistributions:
         assert torch.equal(a, b) and not torch.equal(a, c)
         # openreg:1 has a generator of its own and gives the same numbers
         # from the same seed.
-        torch.openreg.manual_seed_all(1)
+        target.device_module.manual_seed_all(1)
         on1 = torch.empty(self.N, device=f"{DEV}:1").normal_().cpu()
         assert torch.equal(on1, a)
-        torch.openreg.manual_seed_all(4)
-        with torch.openreg.device(1):
-            torch.openreg.manual_seed(1)  # seeds openreg:1 only
+        target.device_module.manual_seed_all(4)
+        with target.device_module.device(1):
+            target.device_module.manual_seed(1)  # seeds openreg:1 only
         assert torch.equal(torch.randn(8, device=f"{DEV}:1").cpu(), a[:8])
         assert not torch.equal(torch.randn(8, device=DEV).cpu(), a[:8])
 
+    @pytest.mark.openreg_only  # the range error is openreg's own message
     def test_bernoulli_with_a_tensor_of_probabilities(self):
         p = torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0]).repeat(20_000, 1)
-        torch.openreg.manual_seed(0)
+        target.device_module.manual_seed(0)
         x = torch.bernoulli(p.to(DEV)).cpu()
         torch.testing.assert_close(x.mean(0), p[0], atol=0.01, rtol=0)
         assert x[:, 0].sum() == 0 and x[:, 4].sum() == 20_000
@@ -344,7 +357,7 @@ class TestDistributions:
 
     def test_multinomial(self):
         probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 1.0]], device=DEV)
-        torch.openreg.manual_seed(0)
+        target.device_module.manual_seed(0)
         s = torch.multinomial(probs, 50_000, replacement=True).cpu()
         freq = torch.stack([torch.bincount(r, minlength=4) for r in s]).double() / 50_000
         torch.testing.assert_close(freq, probs.cpu().double(), atol=0.01, rtol=0)
@@ -355,20 +368,22 @@ class TestDistributions:
         with pytest.raises(RuntimeError, match="invalid multinomial distribution"):
             torch.multinomial(torch.zeros(3, device=DEV), 2, replacement=True)
 
+    @pytest.mark.openreg_only  # openreg's Philox offsets
     def test_randperm(self):
-        torch.openreg.manual_seed(0)
+        target.device_module.manual_seed(0)
         p = torch.randperm(1000, device=DEV)
         assert p.device.type == DEV and p.dtype == torch.int64
         assert sorted(p.cpu().tolist()) == list(range(1000))
         assert p.cpu().tolist() != list(range(1000))
         assert offset_now() == 1000
-        torch.openreg.manual_seed(0)
+        target.device_module.manual_seed(0)
         assert torch.equal(torch.randperm(1000, device=DEV).cpu(), p.cpu())
         with pytest.raises(RuntimeError, match="n must be non-negative"):
             torch.randperm(-1, out=torch.empty(0, dtype=torch.int64, device=DEV))
 
 
 @pytest.mark.ops
+@pytest.mark.openreg_only  # openreg's CPU-engine bridge and its offsets
 class TestBridgedOperators:
     """Random operators with only a CPU kernel (gamma, poisson, binomial,
     dirichlet, rrelu) draw through a CPU engine seeded from the stream."""
@@ -380,10 +395,10 @@ class TestBridgedOperators:
     ])
     def test_reproducible_and_consume_the_stream(self, op, mean):
         rate = torch.full((50_001,), 3.0, device=DEV)
-        torch.openreg.manual_seed(10)
+        target.device_module.manual_seed(10)
         a = op(rate).cpu()
         assert offset_now() == 50_004
-        torch.openreg.manual_seed(10)
+        target.device_module.manual_seed(10)
         b = op(rate).cpu()
         c = op(rate).cpu()
         assert torch.equal(a, b) and not torch.equal(a, c)
@@ -394,25 +409,27 @@ class TestBridgedOperators:
 
 
 @pytest.mark.ops
+@pytest.mark.openreg_only  # openreg's Philox positions of the SDPA mask
 class TestAttentionDropoutPosition:
     def test_the_mask_sits_at_philox_seed_and_offset(self):
         fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable
         q = torch.randn(2, 3, 5, 8, device=DEV)
         k = torch.randn(2, 3, 7, 8, device=DEV)
         v = torch.randn(2, 3, 7, 8, device=DEV)
-        torch.openreg.manual_seed(21)
+        target.device_module.manual_seed(21)
         torch.rand(6, device=DEV)  # offset 8
         res = fwd(q, k, v, None, 0.4, False, True)
         seed, offset, weights = res[6].item(), res[7].item(), res[-1]
         assert (seed, offset) == (21, 8)
         assert offset_now() == 8 + 2 * 3 * 5 * 7 + 2  # B*H*L*S rounded up to 4
         # The kept entries are a bernoulli(1 - p) draw at those positions.
-        torch.openreg.set_rng_state(state_of(seed, offset))
+        target.device_module.set_rng_state(state_of(seed, offset))
         keep = torch.empty(2, 3, 5, 7, device=DEV).bernoulli_(0.6).bool().cpu()
         assert torch.equal(weights.cpu() != 0, keep)
 
 
 @pytest.mark.ops
+@pytest.mark.openreg_only  # torch_openreg._C
 class TestGraphHooks:
     """CUDA's graph-safe RNG hooks, as a graph implementation calls them."""
 

@@ -8,7 +8,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
-DEV = "openreg"
+from tests import target
+from tests.target import DEVICE, device
+
+DEV = DEVICE
 aten = torch.ops.aten
 FWD = aten._scaled_dot_product_fused_attention_overrideable.default
 BWD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
@@ -87,6 +90,7 @@ class TestSDPAQuick:
     def test_forward_backward_match_cpu_math(self):
         check_against_cpu(*qkv())
 
+    @pytest.mark.openreg_only  # openreg's conventions for the unused outputs and seed/offset
     def test_outputs_are_real(self):
         q, k, v = (t.to(DEV) for t in qkv())
         out, lse, cq, ck, max_q, max_k, seed, offset, dbg = FWD(q, k, v)
@@ -140,6 +144,7 @@ class TestSDPAMatchesCPU:
         mask[2] = False
         check_against_cpu(*qkv(), attn_mask=mask)
 
+    @pytest.mark.openreg_only  # openreg's kernel accepts a mask with is_causal
     def test_mask_and_causal_combine(self):
         # The math path refuses both at once; openreg applies both (as the
         # CPU's flash kernel does): equal to math with the combined mask.
@@ -194,7 +199,7 @@ class TestSDPAMatchesCPU:
 class TestSDPADropout:
     def sdpa(self, q, k, v, p=0.3, seed=None, **kw):
         if seed is not None:
-            torch.openreg.manual_seed(seed)
+            target.device_module.manual_seed(seed)
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, **kw)
 
     def test_same_seed_same_result_new_draw_differs(self):
@@ -209,14 +214,14 @@ class TestSDPADropout:
     def test_uses_the_openreg_generator_not_the_cpu_one(self):
         q, k, v = (t.to(DEV) for t in qkv())
         cpu_state = torch.get_rng_state()
-        dev_state = torch.openreg.get_rng_state()
+        dev_state = target.device_module.get_rng_state()
         self.sdpa(q, k, v)
         assert torch.equal(torch.get_rng_state(), cpu_state)
-        assert not torch.equal(torch.openreg.get_rng_state(), dev_state)
+        assert not torch.equal(target.device_module.get_rng_state(), dev_state)
         # Restoring the openreg state reproduces the draw.
-        torch.openreg.set_rng_state(dev_state)
+        target.device_module.set_rng_state(dev_state)
         a = self.sdpa(q, k, v).cpu()
-        torch.openreg.set_rng_state(dev_state)
+        target.device_module.set_rng_state(dev_state)
         torch.testing.assert_close(self.sdpa(q, k, v).cpu(), a, rtol=0, atol=0)
 
     @pytest.mark.parametrize("p", [0.1, 0.3, 0.7])
@@ -238,12 +243,13 @@ class TestSDPADropout:
         out = self.sdpa(q, k, v, p=1.0)
         assert torch.equal(out.cpu(), torch.zeros(out.shape))
 
+    @pytest.mark.openreg_only  # openreg's debug-mask output
     def test_backward_uses_the_forward_mask(self):
         # The same seed reproduces the mask; read it from the debug output and
         # give it to the CPU math path as an explicit dropout mask.
         q, k, v = qkv()
         qd, kd, vd = (t.to(DEV).requires_grad_() for t in (q, k, v))
-        torch.openreg.manual_seed(11)
+        target.device_module.manual_seed(11)
         weights = FWD(qd, kd, vd, None, 0.4, False, True)[-1]
         keep = (weights != 0).cpu()
         assert 0.3 < 1 - keep.float().mean().item() < 0.5
@@ -273,7 +279,7 @@ class TestSDPADropout:
             extra["enable_gqa"] = True
 
         def f(q, k, v, mask=None):
-            torch.openreg.manual_seed(1234)  # every evaluation: the same dropout mask
+            target.device_module.manual_seed(1234)  # every evaluation: the same dropout mask
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.3, **extra)
 
         assert torch.autograd.gradcheck(f, tuple(args))
@@ -283,26 +289,26 @@ class TestSDPADropout:
 class TestSDPASecondDevice:
     @pytest.fixture(autouse=True)
     def _needs_two_devices(self):
-        if torch.openreg.device_count() < 2:
-            pytest.skip("needs OPENREG_DEVICE_COUNT >= 2")
+        if target.device_module.device_count() < 2:
+            pytest.skip(f"needs two {DEVICE} devices")
 
     def test_runs_on_the_inputs_device_with_its_generator(self):
         q, k, v = qkv()
-        qd, kd, vd = (t.to("openreg:1").requires_grad_() for t in (q, k, v))
+        qd, kd, vd = (t.to(device(1)).requires_grad_() for t in (q, k, v))
         out = F.scaled_dot_product_attention(qd, kd, vd)
-        assert out.device == torch.device("openreg", 1)
+        assert out.device == torch.device(DEVICE, 1)
         torch.testing.assert_close(out.detach().cpu(), cpu_math(q, k, v))
         out.sum().backward()
-        assert qd.grad.device == torch.device("openreg", 1)
+        assert qd.grad.device == torch.device(DEVICE, 1)
         # Dropout draws from openreg:1's generator: reseeding openreg:0 only
         # does not reproduce it, reseeding openreg:1 does.
-        with torch.openreg.device(1):
-            torch.openreg.manual_seed(9)
+        with target.device_module.device(1):
+            target.device_module.manual_seed(9)
         a = F.scaled_dot_product_attention(qd, kd, vd, dropout_p=0.5).detach().cpu()
-        torch.openreg.manual_seed(9)  # current device: openreg:0
+        target.device_module.manual_seed(9)  # current device: openreg:0
         b = F.scaled_dot_product_attention(qd, kd, vd, dropout_p=0.5).detach().cpu()
-        with torch.openreg.device(1):
-            torch.openreg.manual_seed(9)
+        with target.device_module.device(1):
+            target.device_module.manual_seed(9)
         c = F.scaled_dot_product_attention(qd, kd, vd, dropout_p=0.5).detach().cpu()
         assert torch.equal(a, c) and not torch.equal(a, b)
 
@@ -333,6 +339,7 @@ class TestSDPABackendSelection:
         assert FWD not in rec.ops
         torch.testing.assert_close(out.cpu(), cpu_math(q, q, q))
 
+    @pytest.mark.openreg_only  # openreg's own message
     def test_only_overrideable_enabled_names_the_reason(self):
         q = torch.randn(2, 2, 3, 5, 8, device=DEV)
         with sdpa_kernel(SDPBackend.OVERRIDEABLE):
@@ -350,6 +357,7 @@ class TestSDPABackendSelection:
 
 @pytest.mark.ops
 class TestSDPAErrors:
+    @pytest.mark.openreg_only  # openreg's kernel's own message
     def test_dtype_mismatch(self):
         q, k, v = (t.to(DEV) for t in qkv())
         with pytest.raises(RuntimeError, match="same dtype"):
@@ -357,6 +365,7 @@ class TestSDPAErrors:
         with pytest.raises(RuntimeError, match="same dtype"):
             FWD(q, k.double(), v)
 
+    @pytest.mark.openreg_only  # openreg's own message
     def test_integer_inputs(self):
         q = torch.ones(1, 1, 2, 2, dtype=torch.int64, device=DEV)
         with pytest.raises(RuntimeError, match="query dtype must be float32, float64, float16 or bfloat16"):
@@ -368,14 +377,15 @@ class TestSDPAErrors:
             F.scaled_dot_product_attention(q, k.cpu(), v)
         # CUDA's wrapper check and message (DeviceCheck.h), before any work
         same = "Expected all tensors to be on the same device, but got "
-        with pytest.raises(RuntimeError, match=same + "key is on cpu, different from other tensors on openreg:0"):
+        with pytest.raises(RuntimeError, match=same + f"key is on cpu, different from other tensors on {device(0)}"):
             FWD(q, k.cpu(), v)
-        if torch.openreg.device_count() > 1:
-            with pytest.raises(RuntimeError, match=same + "value is on openreg:1"):
-                FWD(q, k, v.to("openreg:1"))
+        if target.device_module.device_count() > 1:
+            with pytest.raises(RuntimeError, match=same + f"value is on {device(1)}"):
+                FWD(q, k, v.to(device(1)))
         with pytest.raises(RuntimeError, match=same + "attn_bias is on cpu"):
             FWD(q, k, v, torch.zeros(5, 7))
 
+    @pytest.mark.openreg_only  # openreg's own message
     def test_mask_shape(self):
         q, k, v = (t.to(DEV) for t in qkv())
         mask = torch.ones(5, 6, dtype=torch.bool, device=DEV)
@@ -383,6 +393,7 @@ class TestSDPAErrors:
                                                r"to the attention weights' shape \[2, 4, 5, 7\]"):
             F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
+    @pytest.mark.openreg_only  # openreg's kernel's own message
     def test_mask_dtype(self):
         q, k, v = (t.to(DEV) for t in qkv())
         with pytest.raises(RuntimeError, match="attn_mask dtype"):
@@ -391,11 +402,13 @@ class TestSDPAErrors:
             FWD(q, k, v, torch.ones(5, 7, dtype=torch.int32, device=DEV))
 
     @pytest.mark.parametrize("p", [-0.1, 1.5])
+    @pytest.mark.openreg_only  # openreg's own message
     def test_dropout_range(self, p):
         q, k, v = (t.to(DEV) for t in qkv())
         with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1"):
             F.scaled_dot_product_attention(q, k, v, dropout_p=p)
 
+    @pytest.mark.openreg_only  # openreg's own messages
     def test_shape_mismatches(self):
         q, k, v = (t.to(DEV) for t in qkv())
         with pytest.raises(RuntimeError, match=r"key's last dimension \(4\) must equal query's \(8\)"):
@@ -409,6 +422,7 @@ class TestSDPAErrors:
         with pytest.raises(RuntimeError, match="must all be 3-D"):
             FWD(q[0, 0], k[0, 0], v[0, 0])
 
+    @pytest.mark.openreg_only  # openreg's own message
     def test_backward_with_dropout_needs_the_seed(self):
         q, k, v = (t.to(DEV) for t in qkv())
         out, lse, *_ = FWD(q, k, v)
@@ -453,9 +467,9 @@ class TestSDPACompile:
         eager_args = [t.to(DEV).requires_grad_() for t in qkv()]
         comp_args = [t.to(DEV).requires_grad_() for t in qkv()]
         compiled = torch.compile(attn, backend="aot_eager", fullgraph=True)
-        torch.openreg.manual_seed(3)
+        target.device_module.manual_seed(3)
         expected = attn(*eager_args)
-        torch.openreg.manual_seed(3)
+        target.device_module.manual_seed(3)
         got = compiled(*comp_args)
         torch.testing.assert_close(got.detach().cpu(), expected.detach().cpu(), rtol=0, atol=0)
         expected.sum().backward()

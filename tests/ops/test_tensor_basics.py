@@ -5,11 +5,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-DEV = "openreg"
+from tests import target
+from tests.target import DEVICE, device
+
+DEV = DEVICE
 
 
 def same(dev_result, cpu_result, **kw):
-    assert dev_result.device.type == "openreg"
+    assert dev_result.device.type == DEVICE
     torch.testing.assert_close(dev_result.cpu(), cpu_result, **kw)
     assert dev_result.dtype == cpu_result.dtype
     assert dev_result.shape == cpu_result.shape
@@ -37,6 +40,7 @@ class TestFactories:
         c = torch.empty(2, 3, 4, 5, device=DEV, memory_format=torch.channels_last)
         assert c.is_contiguous(memory_format=torch.channels_last)
 
+    @pytest.mark.openreg_only  # openreg's own message (and its lack of sparse tensors)
     def test_sparse_layout_is_not_implemented(self):
         with pytest.raises(NotImplementedError, match="openreg does not support sparse tensors: the operator .aten::empty.memory_format. has no sparse kernel"):
             torch.empty(2, 2, layout=torch.sparse_coo, device=DEV)
@@ -126,7 +130,7 @@ class TestCopies:
     def test_to_and_from(self):
         x = torch.randn(5, 7)
         d = x.to(DEV)
-        assert d.device == torch.device("openreg:0")
+        assert d.device == torch.device(device(0))
         assert torch.equal(d.cpu(), x)
         assert torch.equal(d.to(torch.float64).cpu(), x.double())
         assert torch.equal(x.to(DEV, torch.int32).cpu(), x.to(torch.int32))
@@ -147,8 +151,8 @@ class TestCopies:
         assert torch.equal(d.cpu(), torch.arange(4.0).expand(3, 4))
 
     def test_cross_device(self):
-        x = torch.randn(100, device="openreg:1")
-        y = x.to("openreg:0")
+        x = torch.randn(100, device=device(1))
+        y = x.to(device(0))
         assert torch.equal(y.cpu(), x.cpu())
         with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
             x + y
@@ -230,36 +234,36 @@ class TestRandom:
         assert torch.equal(a.cpu(), b.cpu())
 
     def test_devices_have_independent_state(self):
-        torch.openreg.manual_seed_all(7)
-        a0 = torch.rand(10, device="openreg:0")
-        a1 = torch.rand(10, device="openreg:1")
+        target.device_module.manual_seed_all(7)
+        a0 = torch.rand(10, device=device(0))
+        a1 = torch.rand(10, device=device(1))
         assert torch.equal(a0.cpu(), a1.cpu())  # same seed, independent streams
-        torch.openreg.manual_seed_all(7)
-        torch.rand(10, device="openreg:1")  # advancing device 1 ...
-        assert torch.equal(torch.rand(10, device="openreg:0").cpu(), a0.cpu())  # ... leaves 0 alone
+        target.device_module.manual_seed_all(7)
+        torch.rand(10, device=device(1))  # advancing device 1 ...
+        assert torch.equal(torch.rand(10, device=device(0)).cpu(), a0.cpu())  # ... leaves 0 alone
 
     def test_openreg_seed_does_not_touch_cpu_generator(self):
         torch.manual_seed(1)
         cpu_state = torch.get_rng_state()
-        torch.openreg.manual_seed(99)
+        target.device_module.manual_seed(99)
         torch.randn(10, device=DEV)
         assert torch.equal(torch.get_rng_state(), cpu_state)
 
     def test_rng_state_round_trip(self):
-        torch.openreg.manual_seed(5)
-        state = torch.openreg.get_rng_state()
+        target.device_module.manual_seed(5)
+        state = target.device_module.get_rng_state()
         a = torch.randn(50, device=DEV)
-        torch.openreg.set_rng_state(state)
+        target.device_module.set_rng_state(state)
         b = torch.randn(50, device=DEV)
         assert torch.equal(a.cpu(), b.cpu())
-        assert torch.openreg.initial_seed() == 5
-        states = torch.openreg.get_rng_state_all()
+        assert target.device_module.initial_seed() == 5
+        states = target.device_module.get_rng_state_all()
         assert len(states) == 2
-        torch.openreg.set_rng_state_all(states)
+        target.device_module.set_rng_state_all(states)
 
     def test_explicit_generator(self):
         g = torch.Generator(device=DEV)
-        assert g.device.type == "openreg"
+        assert g.device.type == DEVICE
         g.manual_seed(42)
         a = torch.randn(20, device=DEV, generator=g)
         g.manual_seed(42)
@@ -270,26 +274,26 @@ class TestRandom:
         assert sorted(c.cpu().tolist()) == list(range(20))
 
     def test_seed_and_fork_rng(self):
-        torch.openreg.seed()
-        torch.openreg.seed_all()
-        torch.openreg.manual_seed(3)
-        with torch.random.fork_rng(devices=[0], device_type="openreg"):
+        target.device_module.seed()
+        target.device_module.seed_all()
+        target.device_module.manual_seed(3)
+        with torch.random.fork_rng(devices=[0], device_type=DEVICE):
             torch.randn(5, device=DEV)
-        torch.openreg.manual_seed(3)
+        target.device_module.manual_seed(3)
         x = torch.randn(5, device=DEV)
-        torch.openreg.manual_seed(3)
-        with torch.random.fork_rng(devices=[0], device_type="openreg"):
+        target.device_module.manual_seed(3)
+        with torch.random.fork_rng(devices=[0], device_type=DEVICE):
             torch.randn(100, device=DEV)
         assert torch.equal(torch.randn(5, device=DEV).cpu(), x.cpu())
 
     def test_dropout_is_reproducible_and_uses_device_generator(self):
         x = torch.ones(1000, device=DEV)
-        torch.openreg.manual_seed(11)
+        target.device_module.manual_seed(11)
         a = torch.nn.functional.dropout(x, 0.5, training=True)
-        torch.openreg.manual_seed(11)
+        target.device_module.manual_seed(11)
         b = torch.nn.functional.dropout(x, 0.5, training=True)
         assert torch.equal(a.cpu(), b.cpu())
         assert set(a.cpu().unique().tolist()) <= {0.0, 2.0}
-        torch.openreg.manual_seed(12)
+        target.device_module.manual_seed(12)
         c = torch.nn.functional.dropout(x, 0.5, training=True)
         assert not torch.equal(a.cpu(), c.cpu())
