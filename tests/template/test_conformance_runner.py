@@ -1,7 +1,9 @@
 """The conformance suite (openreg_conformance) run against openreg, and its runner's
 rules (docs/conformance.md)."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,6 +12,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from openreg_conformance import CLASSIFICATIONS
+
+# openreg's own internals and tools (tests/target.py)
+pytestmark = pytest.mark.openreg_only
 
 
 def run_conformance(tmp_path, *args, timeout=600):
@@ -88,3 +93,58 @@ class TestConformanceAgainstOpenReg:
         assert r.returncode != 0
         assert "cannot tell which torch.backends entry point registers 'nosuchdev'" in (
             r.stdout + r.stderr)
+
+
+PYDEV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pydev", "torch_pydev")
+
+
+def install_pydev(root) -> dict:
+    """tests/template/pydev (a PrivateUse1 backend in Python alone, sharing no code
+    with openreg) made importable from ``root`` with its own ``torch.backends``
+    entry point, as pip would install it; returns the environment that sees it."""
+    shutil.copytree(PYDEV, root / "torch_pydev")
+    info = root / "torch_pydev-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-pydev\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\ntorch_pydev = torch_pydev:_autoload\n")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
+
+
+@pytest.mark.template
+class TestConformanceAgainstAnIndependentBackend:
+    def test_runs_against_pydev_without_loading_openreg(self, tmp_path):
+        # pydev is installed next to torch_openreg: the runner must load pydev
+        # through its entry point, and openreg never (one PrivateUse1 backend
+        # per process), then report pydev's gaps by classification.
+        env = install_pydev(tmp_path / "site")
+        (tmp_path / "loaded.py").write_text(
+            "import json, sys\n\ndef pytest_sessionfinish(session):\n"
+            "    import torch\n"
+            "    json.dump({'privateuse1': torch._C._get_privateuse1_backend_name(),\n"
+            "               'modules': sorted(m for m in sys.modules if m.startswith('torch_'))},\n"
+            "              open('loaded.json', 'w'))\n")
+        env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+        junit = tmp_path / "pydev.xml"
+        r = subprocess.run([sys.executable, "-m", "openreg_conformance", "--device", "pydev",
+                            "--junit", str(junit), "-p", "loaded"], capture_output=True,
+                           text=True, cwd=tmp_path, env=env, timeout=600)
+        out = r.stdout + r.stderr
+        loaded = json.loads((tmp_path / "loaded.json").read_text())
+        assert loaded == {"privateuse1": "pydev", "modules": ["torch_pydev"]}, loaded
+        # pydev has no memory statistics, events or generator of its own: the
+        # run fails (status 1) and says which expectations, per classification.
+        assert r.returncode == 1, out
+        rows = {line.split()[0]: [int(v) for v in line.split()[1:]]
+                for line in out[out.index("classification"):].splitlines()[1:]
+                if line.split() and line.split()[0] in set(CLASSIFICATIONS) | {"total"}}
+        assert set(rows) >= {"device", "memory", "ops", "autograd", "total"}, out
+        assert rows["device"][1] == 0 and rows["autograd"][1] == 0, out  # what pydev does
+        assert rows["memory"][0] == 0 and rows["memory"][1] > 0, out  # what it does not
+        assert ("FAILED  [memory] test_memory_stats_keys: PyTorch expectation: memory_stats "
+                "keys as torch.cuda") in out
+        assert ("FAILED  [streams] test_elapsed_time_needs_timing: PyTorch expectation: An "
+                "event's elapsed_time needs enable_timing") in out
+        assert "skipped [distributed] test_collectives_on_the_device: no c10d backend" in out
+        cases = list(ET.parse(junit).getroot().iter("testcase"))
+        assert sum(rows["total"]) == len(cases)
