@@ -17,6 +17,10 @@ from tests.template.test_scaffold import ROOT, leftovers, scaffold
 pytestmark = pytest.mark.openreg_only
 
 BUILD_TIMEOUT = 1800
+# Device-generic test files of this repository run against the scaffolded foo
+# (docs/testing.md): devices and streams, operators and autograd, graphs.
+GENERIC_SLICE = ["tests/device/test_streams.py", "tests/device/test_memory.py",
+                 "tests/ops/test_autograd.py", "tests/graphs/test_graphs.py"]
 
 
 def isolated_venv(path: pathlib.Path, hide=("torch_openreg", "openreg_conformance")):
@@ -78,6 +82,17 @@ class TestScaffoldedBackend:
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         assert "conformance of 'foo'" in r.stdout
         assert re.search(r"\ntotal\s+33\s+0\s+0", r.stdout), r.stdout
+
+        # This repository's own device-generic tests, pointed at foo through
+        # tests/target.py (--device), in foo's environment: none of them may
+        # need torch_openreg or name openreg; the openreg-only ones are deselected.
+        r = run([str(venv / "bin/python"), "-m", "pytest", *GENERIC_SLICE, "--device", "foo",
+                 "--dist-backend", "fccl", "-q", "-p", "no:cacheprovider"], ROOT, env, 900)
+        tail = (r.stdout + r.stderr)[-4000:]
+        with capsys.disabled():
+            print("\nthis repository's generic tests against foo: " + r.stdout.strip().splitlines()[-1])
+        assert r.returncode == 0, tail
+        assert re.search(r"\d+ passed", r.stdout) and "deselected" in r.stdout, tail
 
         # Both backends in one environment: import torch says what to do.
         ours = pathlib.Path(sysconfig.get_paths()["purelib"])
