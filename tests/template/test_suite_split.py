@@ -14,6 +14,9 @@ that torchrun starts too: they are generic unless marked.
 
 import ast
 import pathlib
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -128,4 +131,25 @@ class TestSuiteSplit:
             "sys.exit(pytest.main(['tests/template/test_suite_split.py', '--device', 'nosuchdev',"
             " '--collect-only', '-q', '-p', 'no:cacheprovider']))\n",
             timeout=120)
-        assert "3 deselected" in r.stdout, r.stdout + r.stderr
+        assert re.search(r"\b4 deselected", r.stdout), r.stdout + r.stderr
+
+    def test_exactly_one_component_marker_per_test(self, tmp_path):
+        # This suite's own rule (tests/conftest.py), applied to a file with a
+        # class that has two components and one that has none.
+        (tmp_path / "test_x.py").write_text(
+            "import pytest\n\n@pytest.mark.device\n@pytest.mark.ops\n"
+            "class TestTwo:\n    def test_a(self):\n        pass\n\n"
+            "class TestNone:\n    def test_b(self):\n        pass\n\n"
+            "@pytest.mark.ops\nclass TestOne:\n    def test_c(self):\n        pass\n")
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", str(tmp_path / "test_x.py"), "-p", "tests.conftest",
+             "-c", str(pathlib.Path(REPO) / "pyproject.toml"), "--rootdir", str(tmp_path),
+             "-p", "no:cacheprovider", "--collect-only", "-q"],
+            capture_output=True, text=True, cwd=REPO, timeout=120)
+        out = r.stdout + r.stderr
+        assert r.returncode == 4, out
+        assert "tests without a component marker: test_x.py::TestNone::test_b" in out, out
+        assert "tests with more than one component marker: test_x.py::TestTwo::test_a " \
+               "(device, ops)" in out, out
+        error = next(line for line in out.splitlines() if "component marker" in line)
+        assert "TestOne" not in error
