@@ -268,6 +268,15 @@ def case_corrupt(what):
     x = np.full(n, rank + 1, np.int32)
     d = to_dev(x)
     stop = threading.Event()
+    scribblers = []
+
+    def stop_scribbling():
+        # Before abort()/destroy() unmap the segment the thread reads: a
+        # scribbler still running then faults (rank 1 exited with SIGSEGV
+        # in a loaded CI run).
+        stop.set()
+        for t in scribblers:
+            t.join()
     if rank == 1:
         if what == "abort_reason":
             # A reason without its terminating NUL, and garbage after it up to
@@ -299,7 +308,8 @@ def case_corrupt(what):
                             poke(slot + 64, "<Q", 1 << 40)
                     time.sleep(0.0005)
 
-            threading.Thread(target=scribble, daemon=True).start()
+            scribblers.append(threading.Thread(target=scribble, daemon=True))
+            scribblers[-1].start()
         else:
             raise SystemExit(f"unknown corruption {what}")
     # The corruption is written before rank 1 posts this barrier, so rank 0
@@ -350,12 +360,13 @@ def case_corrupt(what):
             comm.barrier(stream=s)
             comm.synchronize(s)
     except oc.OcclError as e:
+        stop_scribbling()
         print("ERR", err_line("", e, t0).strip(), flush=True)
         comm.abort()
     else:
+        stop_scribbling()
         print("OK", flush=True)
         comm.destroy()
-    stop.set()
 
 
 if case == "mismatch":
