@@ -1,13 +1,23 @@
 # The README's two commands: `make demo` and `make test`. Both set up
-# everything they need (venv, torch 2.13.0, the build) on a fresh machine.
+# everything they need (a venv with the chosen torch release, the build) on a
+# fresh machine.
 PYTHON ?= python3
-VENV   := .venv
+# The supported torch releases, newest (the default) first: torch-releases.txt.
+TORCH_RELEASES := $(shell sed -e 's/\#.*//' torch-releases.txt)
+TORCH ?= $(firstword $(TORCH_RELEASES))
+ifeq ($(filter $(TORCH),$(TORCH_RELEASES)),)
+$(error TORCH=$(TORCH) is not a supported release (torch-releases.txt: $(TORCH_RELEASES)))
+endif
+# One venv and one build directory per release: switching back and forth
+# rebuilds nothing twice.
+VENV   ?= .venv/$(TORCH)
+BUILD_DIR ?= build/torch-$(TORCH)
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 # Two cores here: more parallel compiles only thrash.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue
+.PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue check-release
 
 demo: build
 	$(PY) examples/demo.py
@@ -18,12 +28,29 @@ test: build
 smoke: build
 	$(PY) -m pytest tests -m smoke $(PYTEST_ARGS)
 
+# What CI checks on each older release of the window (docs/upgrading.md): the
+# smoke subset, the gap tests and the version gates, and the conformance suite.
+# `make check-release TORCH=2.13.0`.
+RELEASE_TESTS ?= tests/docs/test_pytorch_gaps.py tests/docs/test_torch_gates.py
+check-release: build
+	$(PY) -m pytest tests -m smoke $(PYTEST_ARGS)
+	$(PY) -m pytest $(RELEASE_TESTS) -rxX $(PYTEST_ARGS)
+	$(PY) -m openreg_conformance --device openreg --dist-backend occl \
+	  --junit $(BUILD_DIR)/conformance.xml
+
 venv: $(VENV)/.deps-stamp
 
-$(VENV)/.deps-stamp: requirements-dev.txt
+# The release is pinned through PIP_CONSTRAINT (a file in the venv), for the
+# project's own pip commands only: it replaces a machine-wide constraint (some
+# machines cap torch below the newest release) without editing the machine's
+# pip configuration, and it keeps every other requirement (torchao, ...) from
+# pulling another torch. 2.13.0 resolves to its CPU build where a local copy
+# exists; 2.14 and 2.15 are CUDA builds from the registry (they run without a GPU).
+$(VENV)/.deps-stamp: requirements-dev.txt torch-releases.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -r requirements-dev.txt
+	echo "torch==$(TORCH)" > $(VENV)/torch-constraint.txt
+	PIP_CONSTRAINT=$(abspath $(VENV))/torch-constraint.txt $(PIP) install --quiet --upgrade pip
+	PIP_CONSTRAINT=$(abspath $(VENV))/torch-constraint.txt $(PIP) install --quiet "torch==$(TORCH)" -r requirements-dev.txt
 	touch $@
 
 # The documentation site (docs/conf.py): static HTML in docs/_build/html,
@@ -40,7 +67,8 @@ docs: build
 # TORCH_DEVICE_BACKEND_AUTOLOAD=0: a half-built backend must not break the
 # `import torch` of the build itself.
 build: venv
-	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install --quiet --no-build-isolation --no-deps .
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install --quiet --no-build-isolation --no-deps \
+	  --config-settings=build-dir=$(BUILD_DIR) .
 
 # Sanitizer runs (docs/sanitizers.md): the runtime and liboccl, torch-free,
 # built with AddressSanitizer + UndefinedBehaviorSanitizer or with
@@ -97,4 +125,4 @@ check-asan-glue: venv
 	  $(PY) -m pytest $(GLUE_TESTS) $(GLUE_SELECT) -s -p no:cacheprovider $(PYTEST_ARGS)
 
 clean:
-	rm -rf build build-asan build-tsan build-asan-glue docs/_build $(VENV)
+	rm -rf build build-asan build-tsan build-asan-glue docs/_build .venv

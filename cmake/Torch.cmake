@@ -1,4 +1,4 @@
-# Finds the installed torch wheel and pybind11 *without importing torch*
+# Finds the installed torch wheel and its bundled pybind11 *without importing torch*
 # (importing it would run the torch.backends entry point, i.e. load a
 # possibly half-built torch_openreg), and exposes them as imported targets
 # that every component links:
@@ -7,7 +7,9 @@
 #                          libc10, with the wheel's ABI settings
 #   openreg::torch_python  openreg::torch plus libtorch_python
 #
-# and two functions:
+# and three functions:
+#   openreg_pybind11_module(<name> <sources>...)  a torch-free pybind11 module
+#       (torch's bundled pybind11 headers only)
 #   openreg_torch_python_module(<name> <sources>...)  a pybind11 module built
 #       against torch's bundled pybind11 headers, so that objects (tensors,
 #       c10d.Store, ...) cross between it and torch's own bindings
@@ -21,15 +23,29 @@ execute_process(
   COMMAND ${Python3_EXECUTABLE} -c
     "import importlib.util as u; print(u.find_spec('torch').submodule_search_locations[0])"
   OUTPUT_VARIABLE TORCH_DIR OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
-execute_process(
-  COMMAND ${Python3_EXECUTABLE} -c "import pybind11; print(pybind11.get_cmake_dir())"
-  OUTPUT_VARIABLE pybind11_DIR OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
-find_package(pybind11 CONFIG REQUIRED)
-if(NOT pybind11_VERSION VERSION_LESS 3.1)
-  # torch 2.13 bundles pybind11 3.0.x; a 3.1 module cannot exchange objects
-  # (e.g. c10d.Store) with torch's bindings.
-  message(FATAL_ERROR "pybind11 ${pybind11_VERSION} found; pin pybind11 3.0.x to match torch")
+# pybind11: the headers torch bundles, whatever their version (never a pin of
+# our own). A module built against another pybind11 internals version cannot
+# exchange objects with torch's bindings (c10d.Store, tensors). The torch-free
+# test modules get the same headers through a directory that holds only them
+# (so openreg_forbid_torch still sees no torch include path).
+set(OPENREG_PYBIND11_HEADER ${TORCH_DIR}/include/pybind11/detail/common.h)
+if(NOT EXISTS ${OPENREG_PYBIND11_HEADER})
+  message(FATAL_ERROR "torch at ${TORCH_DIR} bundles no pybind11 headers (${OPENREG_PYBIND11_HEADER})")
 endif()
+file(STRINGS ${OPENREG_PYBIND11_HEADER} _pyb_lines REGEX "^#define PYBIND11_VERSION_(MAJOR|MINOR|PATCH) ")
+set(OPENREG_PYBIND11_VERSION "")
+foreach(part MAJOR MINOR PATCH)
+  foreach(line IN LISTS _pyb_lines)
+    if(line MATCHES "^#define PYBIND11_VERSION_${part} +([0-9A-Za-z.]+)")
+      list(APPEND OPENREG_PYBIND11_VERSION ${CMAKE_MATCH_1})
+    endif()
+  endforeach()
+endforeach()
+list(JOIN OPENREG_PYBIND11_VERSION "." OPENREG_PYBIND11_VERSION)
+message(STATUS "OpenReg: torch at ${TORCH_DIR}, its bundled pybind11 ${OPENREG_PYBIND11_VERSION}")
+set(OPENREG_PYBIND11_INCLUDE ${CMAKE_BINARY_DIR}/pybind11-from-torch)
+file(MAKE_DIRECTORY ${OPENREG_PYBIND11_INCLUDE})
+file(CREATE_LINK ${TORCH_DIR}/include/pybind11 ${OPENREG_PYBIND11_INCLUDE}/pybind11 SYMBOLIC)
 
 set(TORCH_LIB_DIR ${TORCH_DIR}/lib)
 foreach(lib torch torch_cpu c10 torch_python)
@@ -50,12 +66,18 @@ target_link_libraries(openreg::torch INTERFACE
 add_library(openreg::torch_python INTERFACE IMPORTED GLOBAL)
 target_link_libraries(openreg::torch_python INTERFACE openreg::torch ${OPENREG_TORCH_PYTHON_LIB})
 
+# A Python extension module on pybind11 (torch's headers, see above): what
+# pybind11_add_module does that matters here (the interpreter's suffix, no
+# libpython link, hidden symbols so two modules' pybind11 copies never merge).
+function(openreg_pybind11_module name)
+  Python3_add_library(${name} MODULE WITH_SOABI ${ARGN})
+  target_include_directories(${name} SYSTEM PRIVATE ${OPENREG_PYBIND11_INCLUDE})
+  set_target_properties(${name} PROPERTIES CXX_VISIBILITY_PRESET hidden
+                                           VISIBILITY_INLINES_HIDDEN ON)
+endfunction()
+
 function(openreg_torch_python_module name)
-  pybind11_add_module(${name} MODULE ${ARGN})
-  # torch's bundled pybind11 headers go before pybind11's own (on this very
-  # target, so they win over pybind11::module's include directory): both
-  # sides of a pybind boundary must agree on the internals layout.
-  target_include_directories(${name} BEFORE PRIVATE ${TORCH_DIR}/include)
+  openreg_pybind11_module(${name} ${ARGN})
   target_link_libraries(${name} PRIVATE openreg::torch_python)
 endfunction()
 

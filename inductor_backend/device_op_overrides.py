@@ -25,4 +25,9 @@ class OpenRegDeviceOpOverrides(DeviceOpOverrides):
 
     def cpp_kernel_type(self) -> str:
         return "void*"  # a C++ kernel's address, as on the CPU
+
+    def aten_device_type(self) -> str:
+        # The C++ wrapper's ATen device type (asked from 2.15 on, gap 21;
+        # earlier releases never call it).
+        return "at::kPrivateUse1"
 # [docs:device-op-overrides:end]

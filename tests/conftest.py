@@ -36,6 +36,11 @@ def pytest_addoption(parser):
     group.addoption("--dist-backend", default=None, metavar="NAME",
                     help="the device's c10d backend for the distributed tests "
                          "(default: occl for openreg; without it they are skipped)")
+    group.addoption("--hw-classification", nargs="+", type=str.upper, default=None,
+                    metavar="CLASS",
+                    help="run only the test classes of these hardware classifications "
+                         "(PyTorch's HardwareClassification: GENERIC, ACCELERATOR, ...), "
+                         "selected by torch's own filter (2.14 on) or its twin (2.13)")
 
 
 def pytest_configure(config):
@@ -59,6 +64,43 @@ def pytest_configure(config):
         )
 
 
+def _check_and_select_hw_classification(config, items):
+    """Every test class declares PyTorch's hardware classification (docs/testing.md):
+    ``hw_classification = HW.ACCELERATOR`` (it uses the device) or ``HW.GENERIC``
+    (it does not). ``--hw-classification`` selects as PyTorch's runner does."""
+    from tests.target import gates
+
+    g = gates()
+    HW = g.HardwareClassification
+    missing = []
+    for item in items:
+        cls = getattr(item, "cls", None)
+        value = getattr(cls, "hw_classification", None) if cls is not None else None
+        if not isinstance(value, HW):
+            missing.append(item.nodeid if cls is None else f"{cls.__module__}.{cls.__qualname__}")
+    if missing:
+        missing = list(dict.fromkeys(missing))
+        raise pytest.UsageError(
+            "test classes without a hardware classification (hw_classification = "
+            "HW.ACCELERATOR or HW.GENERIC, HW from tests.target; a test outside a class "
+            "cannot carry one): " + ", ".join(missing[:10]))
+    names = config.getoption("--hw-classification")
+    if names is None:
+        return
+    unknown = [n for n in names if n not in HW.__members__]
+    if unknown:
+        raise pytest.UsageError(f"--hw-classification: unknown {', '.join(unknown)} "
+                                f"(choose from {', '.join(HW.__members__)})")
+    keep = []
+    g.filter_by_hw_classification(items, {HW[n] for n in names},
+                                  lambda item: getattr(item, "cls", None), on_match=keep.append)
+    kept = set(map(id, keep))
+    dropped = [item for item in items if id(item) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
 def pytest_collection_modifyitems(config, items):
     unclassified, twice = [], []
     for item in items:
@@ -77,6 +119,8 @@ def pytest_collection_modifyitems(config, items):
             "; ".join(problems) + ". Each test class carries exactly one of: "
             + ", ".join(sorted(COMPONENTS))
         )
+
+    _check_and_select_hw_classification(config, items)
 
     from tests.target import IS_OPENREG
     if not IS_OPENREG:

@@ -73,6 +73,16 @@ def pytest_collection_modifyitems(config, items):
     if bad:
         raise pytest.UsageError("conformance: every test carries exactly one classification "
                                 f"marker ({', '.join(CLASSIFICATIONS)}): " + ", ".join(bad[:10]))
+    # PyTorch's hardware classification (torch.testing, 2.14 on; the same enum
+    # from the version gates before): every class of the suite is ACCELERATOR.
+    from . import HW
+
+    bad = sorted({item.nodeid.split("::")[0] + "::" + item.cls.__name__ if item.cls else item.nodeid
+                  for item in items
+                  if not isinstance(getattr(item.cls, "hw_classification", None), HW)})
+    if bad:
+        raise pytest.UsageError("conformance: every test class declares hw_classification "
+                                "(PyTorch's HardwareClassification): " + ", ".join(bad[:10]))
     for item in items:
         item.user_properties.append(("classification", classification(item)))
         item.user_properties.append(("expectation", expectation(item)))

@@ -3,6 +3,7 @@
 import pytest
 
 from tests.benchmarks._helpers import run_benchmark
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -11,6 +12,8 @@ pytestmark = pytest.mark.openreg_only
 @pytest.mark.benchmarks
 @pytest.mark.slow
 class TestCompileBenchmarkRuns:
+    hw_classification = HW.ACCELERATOR
+
     def test_quick_mode(self):
         r = run_benchmark("compile.py", "--quick", timeout=900)
         assert r.returncode == 0, r.stderr

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from tests.benchmarks._helpers import ROOT, run_benchmark
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -14,6 +15,8 @@ pytestmark = pytest.mark.openreg_only
 @pytest.mark.benchmarks
 @pytest.mark.slow
 class TestEagerBenchmarkRuns:
+    hw_classification = HW.ACCELERATOR
+
     def test_one_round_in_strict_mode(self):
         env = dict(os.environ, OPENREG_STRICT_MEMORY="1", BENCH_ROUNDS="1")
         r = run_benchmark("eager.py", "--strict", "1", env=env, timeout=600)

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from tests.benchmarks._helpers import run_benchmark
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -12,6 +13,8 @@ pytestmark = pytest.mark.openreg_only
 
 @pytest.mark.benchmarks
 class TestGraphsBenchmarkRuns:
+    hw_classification = HW.ACCELERATOR
+
     def test_quick_mode(self):
         r = run_benchmark("graphs.py", "--quick", timeout=600)
         assert r.returncode == 0, r.stderr

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from tests.benchmarks._helpers import run_benchmark
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -13,6 +14,8 @@ pytestmark = pytest.mark.openreg_only
 
 @pytest.mark.benchmarks
 class TestProfilerBenchmarkRuns:
+    hw_classification = HW.ACCELERATOR
+
     def test_quick_run_prints_the_ratio(self):
         r = run_benchmark("profiler.py", "--quick", timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr

@@ -4,6 +4,7 @@ import pytest
 
 from tests._subprocess import child_env
 from tests.benchmarks._helpers import run_benchmark
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -11,6 +12,8 @@ pytestmark = pytest.mark.openreg_only
 
 @pytest.mark.benchmarks
 class TestRngBenchmarkRuns:
+    hw_classification = HW.ACCELERATOR
+
     def test_quick_run(self):
         r = run_benchmark("rng.py", "--quick", env=child_env(), timeout=600)
         assert r.returncode == 0, r.stdout + r.stderr

@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from tests._subprocess import run_python
 from torch_openreg.testing import recorded_kernel_records
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -68,6 +69,8 @@ def packages(tmp_path_factory):
 
 @pytest.mark.compile
 class TestAOTInductorPython:
+    hw_classification = HW.ACCELERATOR
+
     def test_static_mlp_equals_eager_and_cpu(self, packages):
         model = torch._inductor.aoti_load_package(packages["mlp"])
         x = linspace_input()
@@ -196,6 +199,8 @@ class TestAOTInductorPython:
 
 @pytest.mark.compile
 class TestAOTInductorErrors:
+    hw_classification = HW.ACCELERATOR
+
     def test_cpu_package_given_openreg_inputs_fails_clearly(self, tmp_path):
         torch.manual_seed(0)
         f = nn.Sequential(nn.ReLU())  # a generated kernel first: it would read device memory
@@ -218,6 +223,7 @@ class TestAOTInductorErrors:
 @pytest.mark.compile
 class TestAOTInductorCpp:
     """examples/aoti_cpp: the package run by a C++ program, no Python."""
+    hw_classification = HW.ACCELERATOR
 
     def test_cpp_program_matches_python(self, packages, tmp_path):
         # The venv's cmake (requirements-dev.txt), whether or not .venv/bin is on PATH.

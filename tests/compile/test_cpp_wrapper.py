@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from torch._inductor.utils import run_and_get_code
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -38,6 +39,8 @@ def run(fn, *args, **kwargs):
 
 @pytest.mark.compile
 class TestCppWrapper:
+    hw_classification = HW.ACCELERATOR
+
     def test_pointwise_chain(self):
         x = torch.randn(1000)
         f = lambda t: ((t * 2).sin() + 1).relu() * t.cos()  # noqa: E731

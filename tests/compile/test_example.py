@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.target import HW
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -12,6 +13,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 @pytest.mark.compile
 @pytest.mark.openreg_only
 class TestCompileExample:
+    hw_classification = HW.ACCELERATOR
+
     def test_example_runs_and_matches(self):
         r = subprocess.run([sys.executable, str(ROOT / "examples" / "compile_model.py")],
                            capture_output=True, text=True, timeout=600, cwd=ROOT)

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from tests._subprocess import run_python
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 from ._helpers import assert_inductor_code, compile_and_run
 
@@ -23,6 +23,8 @@ def fn(x):
 
 @pytest.mark.compile
 class TestGuards:
+    hw_classification = HW.ACCELERATOR
+
     def test_shape_change_recompiles_once_then_dynamic(self):
         torch._dynamo.reset()
         counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
@@ -58,6 +60,8 @@ class TestGuards:
 
 @pytest.mark.compile
 class TestModes:
+    hw_classification = HW.ACCELERATOR
+
     def test_autocast_bf16(self):
         m = nn.Linear(16, 16).to(DEVICE)
         x = torch.randn(4, 16, device=DEVICE)

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 from hypothesis import given, settings, strategies as st
 
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 from ._helpers import assert_inductor_code, compile_and_run, to
 
@@ -25,6 +25,8 @@ def close(a, b, tol=1e-5):
 
 @pytest.mark.compile
 class TestKernels:
+    hw_classification = HW.ACCELERATOR
+
     @settings(max_examples=4, deadline=None)
     @given(ops=st.lists(st.sampled_from(sorted(UNARY)), min_size=1, max_size=4),
            n=st.integers(1, 3000), scale=st.floats(-3, 3))
@@ -107,6 +109,8 @@ MODELS = {"mlp": (make_mlp, (8, 32)), "transformer": (make_transformer, (2, 8, 3
 
 @pytest.mark.compile
 class TestModels:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("name", sorted(MODELS))
     def test_training_step_matches_eager_and_cpu(self, name):
         make, shape = MODELS[name]
@@ -143,6 +147,8 @@ class TestModels:
 
 @pytest.mark.compile
 class TestFallback:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only
     def test_operator_without_lowering_runs_its_eager_openreg_kernel(self):
         from torch_openreg.testing import recorded_kernels

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tests._subprocess import run_python
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -11,6 +12,8 @@ pytestmark = pytest.mark.openreg_only
 
 @pytest.mark.compile
 class TestLazyRegistration:
+    hw_classification = HW.ACCELERATOR
+
     def test_import_torch_imports_neither_dynamo_nor_inductor(self):
         r = run_python(
             "import sys, torch\n"
@@ -60,6 +63,8 @@ class TestLazyRegistration:
 
 @pytest.mark.compile
 class TestDeviceInterface:
+    hw_classification = HW.ACCELERATOR
+
     def test_interface_answers_for_the_device(self):
         import torch._dynamo.device_interface as di
 
@@ -104,6 +109,8 @@ class TestDeviceInterface:
 
 @pytest.mark.compile
 class TestDebugBackend:
+    hw_classification = HW.ACCELERATOR
+
     def test_named_backend_runs_eager_kernels(self):
         from torch_openreg.testing import recorded_kernels
 

@@ -7,11 +7,13 @@ import torch._dynamo.testing
 import torch
 
 from tests import target
-from tests.target import DEVICE
+from tests.target import DEVICE, HW, gates
 
 
 @pytest.mark.compile
 class TestStreamOrder:
+    hw_classification = HW.ACCELERATOR
+
     def test_compiled_kernel_waits_for_earlier_work_on_its_stream(self):
         f = torch.compile(lambda t: t * 2 + 1)
         dev = torch.zeros(1 << 16, device=DEVICE)
@@ -37,6 +39,8 @@ class TestStreamOrder:
 
 @pytest.mark.compile
 class TestStreamsInCompiledCode:
+    hw_classification = HW.ACCELERATOR
+
     def test_stream_context_and_waits_compile_without_graph_break(self):
         device_module = target.device_module
 
@@ -65,20 +69,31 @@ class TestStreamsInCompiledCode:
         torch.testing.assert_close(y.cpu(), x.cpu() * 3)
 
     @pytest.mark.openreg_only
-    def test_creating_streams_inside_compiled_code_is_a_graph_break(self):
-        # Known limitation (docs/compile.md): torch.openreg.Stream() runs
-        # Python that Dynamo cannot trace; pass streams in instead.
+    def test_creating_streams_inside_compiled_code(self):
+        # docs/compile.md: from 2.15 Dynamo takes a device's Stream class
+        # from its registered device interface and traces the creation; on
+        # older releases torch.openreg.Stream() runs Python that Dynamo
+        # cannot trace (a graph break: pass streams in instead).
         def fn(x):
             s = torch.openreg.Stream()
             with torch.openreg.stream(s):
                 return x * 2
 
-        with pytest.raises(torch._dynamo.exc.Unsupported, match="marked as skipped"):
-            torch.compile(fn, fullgraph=True)(torch.ones(2, device="openreg"))
+        x = torch.ones(2, device="openreg")
+        if gates().DYNAMO_DEVICE_STREAM_CLASSES:
+            counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+            out = torch.compile(fn, backend=counter, fullgraph=True)(x)
+            torch.testing.assert_close(out.cpu(), torch.full((2,), 2.0))
+            assert counter.frame_count == 1
+        else:
+            with pytest.raises(torch._dynamo.exc.Unsupported, match="marked as skipped"):
+                torch.compile(fn, fullgraph=True)(x)
 
 
 @pytest.mark.compile
 class TestTrace:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only
     def test_kernels_are_named_device_work_in_the_runtime_trace(self):
         from torch_openreg.testing import recorded_kernels

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -15,6 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 @pytest.mark.demo
 @pytest.mark.smoke
 class TestDemo:
+    hw_classification = HW.ACCELERATOR
+
     def test_demo_runs_and_matches_cpu(self):
         r = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True,
                            text=True, timeout=300, cwd=ROOT)

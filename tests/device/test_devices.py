@@ -8,12 +8,14 @@ import torch
 
 from tests import target
 from tests._subprocess import REPO, run_python
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 
 @pytest.mark.device
 @pytest.mark.smoke
 class TestDeviceBasics:
+    hw_classification = HW.ACCELERATOR
+
     def test_backend_is_registered(self):
         assert torch._C._get_privateuse1_backend_name() == DEVICE
         assert target.device_module.is_available()
@@ -99,6 +101,8 @@ class TestDeviceBasics:
 @pytest.mark.device
 @pytest.mark.smoke
 class TestInvalidDevices:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("index", [2, 7, 100])
     @pytest.mark.openreg_only  # openreg's message
     def test_set_device_out_of_range(self, index):
@@ -138,6 +142,8 @@ class TestInvalidDevices:
 @pytest.mark.device
 @pytest.mark.openreg_only  # openreg's configuration variables
 class TestConfiguration:
+    hw_classification = HW.ACCELERATOR
+
     def test_device_count_from_environment(self):
         r = run_python("import torch; print(torch.openreg.device_count(), torch.openreg.get_device_properties(2).total_memory)",
                        env={"OPENREG_DEVICE_COUNT": "3", "OPENREG_DEVICE_MEMORY": "256M"}, timeout=120)
@@ -160,6 +166,8 @@ class TestConfiguration:
 @pytest.mark.device
 @pytest.mark.openreg_only  # torch_openreg's own command
 class TestSmi:
+    hw_classification = HW.ACCELERATOR
+
     def test_python_m_torch_openreg(self):
         r = subprocess.run([sys.executable, "-m", "torch_openreg"], capture_output=True, text=True,
                            timeout=120, cwd=REPO)
@@ -172,6 +180,8 @@ class TestSmi:
 @pytest.mark.device
 @pytest.mark.openreg_only  # the torch_openreg package and its autoload entry point
 class TestAutoload:
+    hw_classification = HW.ACCELERATOR
+
     def test_import_torch_loads_the_backend(self):
         r = run_python("import sys, torch; print('torch_openreg' in sys.modules, torch.device('openreg:1'))",
                        timeout=120)

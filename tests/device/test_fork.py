@@ -5,7 +5,7 @@ import multiprocessing as mp
 import pytest
 import torch
 
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 
 def _child_new_tensor(q):
@@ -29,6 +29,8 @@ def _child_cpu_only(q):
 
 @pytest.mark.device
 class TestForkPoisoning:
+    hw_classification = HW.ACCELERATOR
+
     def run(self, target, *args):
         ctx = mp.get_context("fork")
         q = ctx.Queue()

@@ -47,6 +47,7 @@ import pytest
 import torch
 
 from tests._subprocess import run_python
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -392,6 +393,8 @@ def _last(trace):
 
 @pytest.mark.device
 class TestFuzzPythonSurface:
+    hw_classification = HW.ACCELERATOR
+
     def test_every_public_callable_is_a_target(self):
         names = set(targets())
         o = torch.openreg
@@ -418,6 +421,7 @@ class TestNamedErrors:
     """Out-of-range and wrong-type arguments picked by hand: the exception
     type, and a message that names what was wrong. Each of the first ones
     failed before the fix named in its docstring."""
+    hw_classification = HW.ACCELERATOR
 
     def setup_method(self):
         torch.openreg.set_device(0)

@@ -7,7 +7,7 @@ import torch
 
 from tests import target
 from tests._subprocess import run_python
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 MB = 1 << 20
 
@@ -22,6 +22,8 @@ def fresh():
 @pytest.mark.device
 @pytest.mark.smoke
 class TestAllocationStats:
+    hw_classification = HW.ACCELERATOR
+
     def test_allocated_tracks_tensors(self):
         fresh()
         base = target.device_module.memory_allocated()
@@ -99,6 +101,8 @@ class TestAllocationStats:
 @pytest.mark.device
 @pytest.mark.openreg_only  # openreg's message, capacity and OPENREG_DEVICE_MEMORY
 class TestOutOfMemory:
+    hw_classification = HW.ACCELERATOR
+
     def test_oom_raises_and_process_recovers(self):
         fresh()
         keep = torch.ones(10, device="openreg")
@@ -152,6 +156,8 @@ print(a[-100:].sum().item())
 
 @pytest.mark.device
 class TestRecordStream:
+    hw_classification = HW.ACCELERATOR
+
     def test_block_not_reused_until_other_stream_done(self):
         fresh()
         s = target.device_module.Stream()
@@ -173,6 +179,8 @@ class TestRecordStream:
 @pytest.mark.device
 @pytest.mark.smoke
 class TestPinnedMemory:
+    hw_classification = HW.ACCELERATOR
+
     def test_pin_memory(self):
         t = torch.randn(100)
         assert not t.is_pinned()
@@ -194,6 +202,8 @@ class TestPinnedMemory:
 @pytest.mark.device
 @pytest.mark.openreg_only  # openreg's strict memory (OPENREG_STRICT_MEMORY)
 class TestStrictMemory:
+    hw_classification = HW.ACCELERATOR
+
     STRICT_READ = """
 import ctypes, torch
 t = torch.full((4,), 7.0, device='openreg')

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests._subprocess import REPO, child_env, run_python
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -47,6 +48,8 @@ def address(t):
 
 @pytest.mark.device
 class TestSanitizerCatches:
+    hw_classification = HW.ACCELERATOR
+
     def test_missing_wait_stream_for_inputs(self, sanitizer):
         # The side stream reads x, which the default stream is still writing:
         # it should have waited (side.wait_stream(current_stream())) first.
@@ -150,6 +153,8 @@ class TestSanitizerCatches:
 
 @pytest.mark.device
 class TestSanitizerAccepts:
+    hw_classification = HW.ACCELERATOR
+
     def test_wait_stream(self, sanitizer):
         x = torch.ones(N, device="openreg")
         side = side_stream()
@@ -255,6 +260,8 @@ def torch_openreg_C():
 
 @pytest.mark.device
 class TestSanitizerWholePrograms:
+    hw_classification = HW.ACCELERATOR
+
     def test_environment_variable_turns_it_on(self):
         r = run_python(
             "import torch\n"

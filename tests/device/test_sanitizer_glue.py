@@ -16,6 +16,7 @@ import os
 import pytest
 
 from tests._subprocess import run_python, sanitizer_reports_to_stderr
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -36,6 +37,8 @@ def mapped_files():
 @pytest.mark.device
 @pytest.mark.smoke
 class TestSanitizerGlue:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.skipif(not GLUE, reason="runs under make check-asan-glue")
     def test_the_instrumented_package_is_loaded(self):
         import torch  # noqa: F401

@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from tests import target
 from tests._subprocess import run_python
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 DEV = DEVICE
 
@@ -56,6 +56,8 @@ def round_trip(obj, **load_kwargs):
 @pytest.mark.device
 @pytest.mark.smoke
 class TestSaveLoadQuick:
+    hw_classification = HW.ACCELERATOR
+
     def test_tensor_round_trip_keeps_device_values_and_sharing(self):
         cpu = torch.randn(4, 5)
         x = cpu.to(device(1))
@@ -82,6 +84,8 @@ class TestSaveLoadQuick:
 
 @pytest.mark.device
 class TestMapLocation:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize(
         "map_location, expected",
         [
@@ -189,6 +193,8 @@ def train(model, opt, data, device):
 
 @pytest.mark.device
 class TestModulesAndOptimizers:
+    hw_classification = HW.ACCELERATOR
+
     def test_state_dict_to_another_device(self):
         model = make_model().to(DEV)
         sd = round_trip(model.state_dict())
@@ -245,6 +251,8 @@ class TestModulesAndOptimizers:
 @pytest.mark.device
 @pytest.mark.openreg_only  # openreg's backend metadata (torch_openreg._C) and its messages
 class TestBackendMeta:
+    hw_classification = HW.ACCELERATOR
+
     def test_set_get_clear(self):
         x = torch.zeros(4, device=DEV)
         assert get_meta(x) is None
@@ -321,6 +329,7 @@ class TestBackendMeta:
 @pytest.mark.openreg_only  # OPENREG_DEVICE_COUNT, openreg's messages and backend metadata
 class TestFewerDevices:
     """A checkpoint saved on openreg:1, loaded where there is no openreg:1."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.fixture(scope="module")
     @classmethod

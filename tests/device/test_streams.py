@@ -6,11 +6,13 @@ import pytest
 import torch
 
 from tests import target
-from tests.target import DEVICE, busy, device
+from tests.target import DEVICE, HW, busy, device
 
 
 @pytest.mark.device
 class TestStreams:
+    hw_classification = HW.ACCELERATOR
+
     def test_default_and_current(self):
         d = target.device_module.default_stream()
         c = target.device_module.current_stream()
@@ -90,6 +92,8 @@ class TestStreams:
 @pytest.mark.device
 @pytest.mark.smoke
 class TestEvents:
+    hw_classification = HW.ACCELERATOR
+
     def test_wait_event_orders_streams(self):
         producer, consumer = target.device_module.Stream(), target.device_module.Stream()
         x = torch.zeros(100, device=DEVICE)
@@ -166,6 +170,8 @@ class TestEvents:
 
 @pytest.mark.device
 class TestAsyncCopies:
+    hw_classification = HW.ACCELERATOR
+
     def test_h2d_non_blocking_is_asynchronous(self):
         src = torch.arange(4096, dtype=torch.float32).pin_memory()
         dst = torch.zeros(4096, device=DEVICE)

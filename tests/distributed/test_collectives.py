@@ -6,7 +6,7 @@ registration."""
 import pytest
 
 from tests._subprocess import run_python
-from tests.target import IS_OPENREG
+from tests.target import HW, IS_OPENREG
 
 from ._launch import check_ok, needs_dist_backend, run_ranks
 
@@ -15,6 +15,8 @@ pytestmark = needs_dist_backend
 
 @pytest.mark.distributed
 class TestCollectives:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("nranks", [2, 3])
     def test_every_operation_matches_cpu(self, nranks):
         env = {"EXAMPLES": "5" if nranks == 2 else "3"}

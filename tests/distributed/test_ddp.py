@@ -6,6 +6,8 @@ data has the device's forward, backward and communication times."""
 
 import pytest
 
+from tests.target import HW
+
 from ._launch import needs_dist_backend, torchrun
 
 pytestmark = needs_dist_backend
@@ -15,6 +17,8 @@ pytestmark = needs_dist_backend
 @pytest.mark.distributed
 @pytest.mark.openreg_only
 class TestDDP:
+    hw_classification = HW.ACCELERATOR
+
     def test_ddp_example_under_torchrun(self):
         rc, out, err = torchrun("examples/ddp_train.py", 2, timeout=300)
         assert rc == 0, err[-4000:]
@@ -47,6 +51,8 @@ dist.destroy_process_group()
 
 @pytest.mark.distributed
 class TestDDPTimer:
+    hw_classification = HW.ACCELERATOR
+
     def test_logging_data_has_device_times(self):
         # c10d's TimerRegistry has a timer for the device (openreg's:
         # occl/c10d/ReducerTimer.cpp): DDP fills in forward, backward and

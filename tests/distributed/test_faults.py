@@ -9,6 +9,7 @@ import os
 import pytest
 
 from ._launch import run_ranks
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -28,6 +29,8 @@ def assert_nothing_left(out, before):
 
 @pytest.mark.distributed
 class TestFaults:
+    hw_classification = HW.ACCELERATOR
+
     def test_killed_peer(self):
         before = shm_entries()
         results = run_ranks("faults.py", 2, timeout=120, args=("kill",), env={"OCCL_TIMEOUT": "60"})

@@ -5,12 +5,15 @@
 import pytest
 
 from ._launch import check_ok, needs_dist_backend, run_ranks
+from tests.target import HW
 
 pytestmark = needs_dist_backend
 
 
 @pytest.mark.distributed
 class TestFSDP2:
+    hw_classification = HW.ACCELERATOR
+
     def test_fully_shard_matches_single_process(self):
         results = run_ranks("fsdp.py", 2, timeout=400)
         check_ok(results)

@@ -24,6 +24,7 @@ import sys
 import pytest
 
 from tests._subprocess import REPO, child_env
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -67,6 +68,8 @@ PYBIND_TYPE = r"TypeError: __init__\(\): incompatible constructor arguments.*Inv
 
 @pytest.mark.distributed
 class TestProcessGroupOptions:
+    hw_classification = HW.ACCELERATOR
+
     def test_constructor_and_wait(self):
         results, lines = run_worker("ctor", CTOR_EXAMPLES)
         check(results, {
@@ -173,6 +176,8 @@ def generated(name, rng, n):
 
 @pytest.mark.distributed
 class TestEnvironmentOptions:
+    hw_classification = HW.ACCELERATOR
+
     def test_every_option_named(self):
         """Each variable OCCL reads (grep getenv occl/) is fuzzed here."""
         names = set()
@@ -211,6 +216,8 @@ class TestEnvironmentOptions:
 
 @pytest.mark.distributed
 class TestIsOccl:
+    hw_classification = HW.ACCELERATOR
+
     def test_without_a_group_and_with_a_wrong_one(self):
         """is_occl() raised AttributeError ('NoneType' object has no attribute
         '_get_backend') before init_process_group, and for a non-group."""

@@ -16,6 +16,7 @@ from tests._subprocess import REPO, child_env
 
 from . import _netns
 from ._launch import WORKERS
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -62,6 +63,8 @@ def cluster():
 
 @pytest.mark.distributed
 class TestMultiNode:
+    hw_classification = HW.ACCELERATOR
+
     def test_every_collective_on_two_nodes(self, cluster):
         # Every rank checks every collective against its CPU oracle
         # (workers/collectives.py) and that it reaches its node-mate through
@@ -167,6 +170,7 @@ class TestNetworkFaults:
     node, the process group's timeout 10 s): every surviving rank gets an
     error that names a peer or the timeout within the timeout plus a margin,
     destroys its group and exits cleanly; a short outage only delays."""
+    hw_classification = HW.ACCELERATOR
 
     def start(self, cluster, **env):
         ranks = Ranks(cluster, {"FAULT_TIMEOUT_S": str(TIMEOUT_S), **env})
@@ -230,6 +234,8 @@ class TestNetworkFaults:
 
 @pytest.mark.distributed
 class TestForeignConnections:
+    hw_classification = HW.ACCELERATOR
+
     def test_connections_with_the_wrong_identity_are_refused_across_nodes(self, cluster,
                                                                           tmp_path):
         # liboccl alone (workers/occl_lib.py, case "impostor"), rank 0 on node 0 and
@@ -288,6 +294,8 @@ def soak(cluster, iterations):
 
 @pytest.mark.distributed
 class TestSoak:
+    hw_classification = HW.ACCELERATOR
+
     def test_mixed_collectives_short(self, cluster):
         soak(cluster, int(os.environ.get("OPENREG_TEST_SOAK_ITERATIONS", "250")))
 
@@ -301,6 +309,8 @@ class TestSoak:
 @pytest.mark.distributed
 @pytest.mark.slow
 class TestNetworkDelayAndLoss:
+    hw_classification = HW.ACCELERATOR
+
     def test_delay_and_loss_only_slow_the_collectives(self, cluster):
         # Delay and loss need the kernel's netem queueing discipline; where it
         # is missing (as on the development machines) the test says so.

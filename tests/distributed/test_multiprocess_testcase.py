@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch.testing._internal.common_distributed import MultiProcessTestCase
 
-from tests.target import DEVICE, DIST_BACKEND
+from tests.target import DEVICE, DIST_BACKEND, HW
 
 from ._launch import needs_dist_backend
 
@@ -17,6 +17,8 @@ pytestmark = needs_dist_backend
 
 @pytest.mark.distributed
 class TestOcclMultiProcess(MultiProcessTestCase):
+    hw_classification = HW.ACCELERATOR
+
     @property
     def world_size(self):
         return 2

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from tests._torch_free import load
 
 from ._launch import check_ok, run_ranks
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -105,6 +106,7 @@ class TestOcclApiFuzz:
     from valid and invalid pools: invalid ones are refused at the call with
     occlInvalidArgument and a message naming the argument, valid ones run,
     and the communicator keeps working either way."""
+    hw_classification = HW.ACCELERATOR
 
     @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
@@ -223,6 +225,7 @@ class TestOcclMismatchFuzz:
     message's size or tag): every rank fails with a clear error, fast (no
     rank waits for its timeout), and the unchanged examples in between run
     and give numpy's result."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize("nranks,transport,seed,examples", [
         (2, "shm", 1, 60), (3, "shm", 2, 40), (2, "tcp", 3, 30)])
@@ -264,6 +267,7 @@ class TestOcclCorruptedSharedMemory:
     Rank 1 corrupts a control block (its own or rank 0's) the way a stray
     write would; rank 0's next operation that reads it fails with a clear
     error instead of crashing, hanging or reading outside the segment."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize("what,result,words", [
         # Without a bounded read, the reason ran on into the bytes after it.

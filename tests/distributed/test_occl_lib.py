@@ -5,6 +5,7 @@ mismatches, a dead peer, argument checks."""
 import pytest
 
 from ._launch import check_ok, run_ranks
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -12,6 +13,8 @@ pytestmark = pytest.mark.openreg_only
 
 @pytest.mark.distributed
 class TestLibOccl:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("nranks", [2, 3])
     def test_collectives_match_numpy(self, tmp_path, nranks):
         results = run_ranks("occl_lib.py", nranks, timeout=180, args=(tmp_path, "ops"))

@@ -25,6 +25,7 @@ from tests._subprocess import REPO, child_env
 from tests._torch_free import load
 
 from ._launch import WORKERS
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -171,6 +172,8 @@ def check_failure(res, where=None, words=()):
 
 @pytest.mark.distributed
 class TestOcclWireFakePeer:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("op,want", [("allreduce", "[3.5]"), ("recv", "[0, 1, 2, 3]"),
                                          ("barrier", "")])
     def test_the_fake_peer_speaks_the_protocol(self, target, op, want):

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests._subprocess import REPO, child_env
-from tests.target import DIST_BACKEND
+from tests.target import DIST_BACKEND, HW
 
 from ._launch import needs_dist_backend
 
@@ -27,6 +27,8 @@ SUBSET = ["test_Backend_enum_class", "test_get_backend", "test_get_rank",
 @pytest.mark.distributed
 @pytest.mark.slow
 class TestPeerSuite:
+    hw_classification = HW.ACCELERATOR
+
     def test_subset_passes(self, tmp_path):
         out = tmp_path / "results.json"
         args = [sys.executable, "tools/occl_peer_suite.py", "--json", str(out)]

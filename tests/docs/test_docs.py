@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -22,6 +23,8 @@ PY_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 @pytest.mark.docs
 @pytest.mark.smoke
 class TestSnippets:
+    hw_classification = HW.GENERIC
+
     def test_docs_exist(self):
         names = {d.name for d in DOCS}
         assert {"runtime.md", "device.md"} <= names
@@ -58,6 +61,8 @@ class TestSnippets:
 
 @pytest.mark.docs
 class TestExamplesRun:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
     def test_python_blocks_run(self, doc):
         blocks = PY_BLOCK.findall(doc.read_text())
@@ -71,6 +76,8 @@ class TestExamplesRun:
 
 @pytest.mark.docs
 class TestReadme:
+    hw_classification = HW.ACCELERATOR
+
     def test_readme_opens_with_the_two_commands(self):
         text = (ROOT / "README.md").read_text()
         first_block = re.search(r"```\n(.*?)```", text, re.S).group(1)
@@ -117,6 +124,7 @@ ROUTE_PARTS = ["What PyTorch expects", "Our code", "What to replace for real har
 @pytest.mark.docs
 class TestRoute:
     """Every page of the guide has the same four parts and says which files it covers."""
+    hw_classification = HW.GENERIC
 
     def test_the_route_is_long(self):
         assert {"runtime", "device", "memory", "streams", "operators", "testing",

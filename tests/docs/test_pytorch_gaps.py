@@ -36,6 +36,7 @@ import pytest
 import torch
 
 from tests._subprocess import REPO, child_env
+from tests.target import HW, gates
 
 # Each class carries its area's marker (device, profiler, distributed,
 # compile): one classification per class. The reproducers run openreg.
@@ -48,9 +49,15 @@ class PyTorchGap(Exception):
     """PyTorch failed in exactly the way a docs/pytorch-gaps.md entry says."""
 
 
-def gap(reason):
-    """Strict expected failure: only ``PyTorchGap`` counts, a pass fails the suite."""
-    return pytest.mark.xfail(raises=PyTorchGap, strict=True, reason=reason)
+def gap(number, reason):
+    """The test of gap ``number`` of docs/pytorch-gaps.md. On a release that has
+    the gap (torch_gates.GAPS): a strict expected failure, only ``PyTorchGap``
+    counts and a pass fails the suite. On a release that fixed it: an ordinary
+    test, which fails if the gap is back."""
+    if gates().has_gap(number):
+        return pytest.mark.xfail(raises=PyTorchGap, strict=True,
+                                 reason=f"gap {number} (torch {torch.__version__}): {reason}")
+    return pytest.mark.gap_fixed(number)
 
 
 # --------------------------------------------------------------- children ----
@@ -247,6 +254,23 @@ def first_shard_size():
 check("shard0_shard0_size", first_shard_size)
 ''')
 
+# PyTorch's hardware classification of test classes (torch.testing, 2.14 on):
+# what does a PrivateUse1 backend's own device-specific test class declare?
+child("hw_classification", r'''
+import torch
+from torch.testing._internal import common_utils
+
+def hw_classification():
+    hw = getattr(common_utils, "HardwareClassification", None)
+    if hw is None:
+        raise Gap("torch.testing has no HardwareClassification at all")
+    name = torch._C._get_privateuse1_backend_name()
+    if not {"PRIVATEUSE1", name.upper()} & set(hw.__members__):
+        raise Gap(f"HardwareClassification has {sorted(hw.__members__)}: nothing for a "
+                  f"PrivateUse1 backend ({name})")
+check("hw_classification", hw_classification)
+''')
+
 # instantiate_device_type_tests, with the backend registered after
 # common_device_type was first imported (no autoload: the backend's own
 # import, as PyTorch's test files run).
@@ -357,9 +381,19 @@ from torch._inductor.codegen import common
 from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 from torch_openreg.inductor.scheduling import OpenRegScheduling
 from torch_openreg.inductor.wrapper import OpenRegCppWrapperCodegen, OpenRegPythonWrapperCodegen
+from torch_openreg.inductor import config as openreg_config
 m = torch.openreg
 m.Scheduling, m.PythonWrapperCodegen = OpenRegScheduling, OpenRegPythonWrapperCodegen
 m.CppWrapperCodegen, m.WrapperFxCodegen = OpenRegCppWrapperCodegen, WrapperFxCodegen
+
+# What a backend does on a release that has the official hook (2.15): the
+# device module's _inductor_backend_init registers the backend with its config.
+# Releases without the hook never call it (their hook reads the classes above).
+def _inductor_backend_init():
+    common.register_backend_for_device(
+        "openreg", OpenRegScheduling, OpenRegPythonWrapperCodegen, OpenRegCppWrapperCodegen,
+        device_custom_config=openreg_config)
+m._inductor_backend_init = _inductor_backend_init
 
 def custom_config():
     common.init_backend_registration()
@@ -376,9 +410,17 @@ def current_backend():
 check("inductor_current_backend", current_backend)
 
 def device_to_aten():
-    from torch._inductor.codegen.cpp_utils import DEVICE_TO_ATEN
-    if "openreg" not in DEVICE_TO_ATEN:
-        raise Gap(f"cpp_utils.DEVICE_TO_ATEN has no openreg: {sorted(DEVICE_TO_ATEN)}")
+    from torch._inductor.codegen import cpp_utils
+    from torch_openreg import torch_gates
+    if not torch_gates.INDUCTOR_ATEN_DEVICE_TYPE:
+        if "openreg" not in cpp_utils.DEVICE_TO_ATEN:
+            raise Gap(f"cpp_utils.DEVICE_TO_ATEN has no openreg: {sorted(cpp_utils.DEVICE_TO_ATEN)}")
+        return
+    # 2.15: the mapping asks the device's DeviceOpOverrides.aten_device_type().
+    from torch_openreg.inductor.device_op_overrides import OpenRegDeviceOpOverrides
+    common.register_device_op_overrides("openreg", OpenRegDeviceOpOverrides())
+    got = cpp_utils.device_to_aten("openreg")
+    assert got == "at::kPrivateUse1", got
 check("cpp_device_to_aten", device_to_aten)
 
 def python_wrapper_kernel_call():
@@ -568,7 +610,9 @@ def outcome(children, child_name, name=None):
 
 @pytest.mark.distributed
 class TestDistributedGaps:
-    @gap("c10d: after init_process_group(device_id=openreg), new_group(backend='gloo') "
+    hw_classification = HW.ACCELERATOR
+
+    @gap(1, "c10d: after init_process_group(device_id=openreg), new_group(backend='gloo') "
          "asks gloo, which declares only cpu/cuda, for the bound device's backend")
     def test_new_group_gloo_on_a_bound_process(self, children):
         outcome(children, "new_group_gloo")
@@ -577,34 +621,51 @@ class TestDistributedGaps:
         # Not a gap: the user-side workaround docs/pytorch-gaps.md gives.
         outcome(children, "new_group_gloo", "new_group_mixed")
 
-    @gap("c10d: init_process_group('gloo', device_id=openreg) asks gloo (cpu/cuda only) "
+    @gap(2, "c10d: init_process_group('gloo', device_id=openreg) asks gloo (cpu/cuda only) "
          "for the bound device's backend")
     def test_gloo_with_a_bound_openreg_device(self, children):
         outcome(children, "gloo_bound")
 
-    @gap("c10d: the fake backend is registered for cpu/cuda/hpu/xpu only")
+    @gap(3, "c10d: the fake backend is registered for cpu/cuda/hpu/xpu only")
     def test_fake_backend_with_openreg_tensors(self, children):
         outcome(children, "fake_backend")
 
-    @gap("c10d: register_backend(devices='openreg') iterates the string letter by letter")
+    @gap(4, "c10d: register_backend(devices='openreg') iterates the string letter by letter")
     def test_register_backend_devices_as_a_string(self, children):
         outcome(children, "register_backend_str")
 
-    @gap("c10d: a plugin backend mixed with gloo leaves the group's default backend unset "
+    @gap(23, "c10d: a plugin backend mixed with gloo leaves the group's default backend unset "
          "(Backend._plugins keys are upper case, device_backend_map values lower case)")
     def test_mixed_plugin_backend_sets_the_default_backend(self, children):
         outcome(children, "mixed_default_backend")
 
-    @gap("DTensorTestBase.init_pg accepts only an allow-list of backend strings")
+    @gap(5, "DTensorTestBase.init_pg accepts only an allow-list of backend strings")
     def test_dtensor_test_base_init_pg_default_backend(self, children):
         outcome(children, "dtensor_init_pg")
 
-    @gap("DTensor LocalTensor mode: _LocalOffsetBasedRNGTracker._device calls "
+    @gap(6, "DTensor LocalTensor mode: _LocalOffsetBasedRNGTracker._device calls "
          "torch.cuda.current_device()")
     def test_local_tensor_rng_tracker_device(self, children):
         outcome(children, "dtensor_random", "local_tensor_rng_device")
 
-    @gap("DTensor: _calc_first_shard_size divides a dim once per mesh dim sharding it "
+    @gap(30, "DTensor LocalTensor mode: _distribute_region takes the Philox state from the "
+         "accelerator RNG states for cuda and xpu only, the CPU generator's otherwise")
+    def test_local_tensor_rng_state_of_the_device(self):
+        # End to end, in the LocalTensor worker of tests/distributed (uniform_
+        # on a Shard(0) DTensor, 4 simulated ranks). Where gap 6 is still
+        # there, the worker stubs torch.cuda.current_device to get past it.
+        from tests.distributed._launch import check_ok, run_ranks
+        from tests.distributed.test_dtensor_random import GAP30, parse
+
+        results = run_ranks("dtensor_random.py", 1, timeout=TIMEOUT, args=("local",))
+        check_ok(results)
+        res = {name: lines[0] for name, lines in parse(results, "RESULT").items()}
+        got = res.get("local_uniform_shard0_cuda_index_stubbed", res["local_uniform_shard0"])
+        if re.fullmatch(GAP30, got):
+            raise PyTorchGap(got)
+        assert got == "ok", (got, results[0][1], results[0][2][-3000:])
+
+    @gap(7, "DTensor: _calc_first_shard_size divides a dim once per mesh dim sharding it "
          "([Shard(0), Shard(0)]); not PrivateUse1-specific")
     def test_first_shard_size_of_shard0_shard0(self, children):
         outcome(children, "dtensor_random", "shard0_shard0_size")
@@ -612,22 +673,29 @@ class TestDistributedGaps:
 
 @pytest.mark.device
 class TestDeviceGaps:
-    @gap("torch.testing: device_type_test_bases is computed when common_device_type is "
+    hw_classification = HW.ACCELERATOR
+
+    @gap(8, "torch.testing: device_type_test_bases is computed when common_device_type is "
          "first imported")
     def test_instantiate_device_type_tests_after_late_registration(self, children):
         outcome(children, "late_registration")
 
-    @gap("torch.testing: PYTORCH_TESTING_DEVICE_FOR_CUSTOM matches 'privateuse1', not the "
+    @gap(9, "torch.testing: PYTORCH_TESTING_DEVICE_FOR_CUSTOM matches 'privateuse1', not the "
          "backend's name")
     def test_testing_device_for_custom_takes_the_backend_name(self, children):
         outcome(children, "device_for_custom")
 
-    @gap("torch.accelerator.memory_* need a c10::DeviceAllocator (an internal assert "
+    @gap(29, "torch.testing: HardwareClassification has CPU, CUDA, MPS and XPU, no member "
+         "for a PrivateUse1 backend's own tests")
+    def test_hw_classification_for_a_privateuse1_backend(self, children):
+        outcome(children, "hw_classification")
+
+    @gap(10, "torch.accelerator.memory_* need a c10::DeviceAllocator (an internal assert "
          "otherwise)")
     def test_accelerator_memory_with_a_plain_allocator(self, children):
         outcome(children, "plain_allocator", "accelerator_memory")
 
-    @gap("torch.accelerator.empty_host_cache() dereferences a missing host allocator")
+    @gap(11, "torch.accelerator.empty_host_cache() dereferences a missing host allocator")
     def test_empty_host_cache_without_a_host_allocator(self, children):
         rc, out, err = children.result("no_host_allocator")
         if ("HOST ALLOCATOR REMOVED" in out and "RESULT" not in out
@@ -638,7 +706,9 @@ class TestDeviceGaps:
 
 @pytest.mark.profiler
 class TestProfilerGaps:
-    @gap("Kineto: privateuse1_profiler.h needs -DUSE_KINETO and torch/include/kineto, "
+    hw_classification = HW.ACCELERATOR
+
+    @gap(12, "Kineto: privateuse1_profiler.h needs -DUSE_KINETO and torch/include/kineto, "
          "which torch.utils.cpp_extension does not give")
     def test_register_profiler_with_cpp_extension_flags(self, tmp_path):
         from torch.utils.cpp_extension import include_paths
@@ -671,37 +741,39 @@ class TestProfilerGaps:
 
 @pytest.mark.compile
 class TestCompileGaps:
-    @gap("compile: backend metadata (c10::BackendMeta) is not copied to the FakeTensor of "
+    hw_classification = HW.ACCELERATOR
+
+    @gap(13, "compile: backend metadata (c10::BackendMeta) is not copied to the FakeTensor of "
          "an input")
     def test_backend_meta_reaches_the_fake_tensor(self, children):
         outcome(children, "backend_meta")
 
-    @gap("Dynamo: init_device_reg registers in-tree device interfaces by name")
+    @gap(14, "Dynamo: init_device_reg registers in-tree device interfaces by name")
     def test_dynamo_device_interface(self, children):
         outcome(children, "compile", "dynamo_device_interface")
 
-    @gap("Dynamo: device stream functions are in-graph only by name (trace_rules)")
+    @gap(15, "Dynamo: device stream functions are in-graph only by name (trace_rules)")
     def test_dynamo_stream_functions_in_graph(self, children):
         outcome(children, "compile", "dynamo_stream_functions")
 
-    @gap("Inductor: the PrivateUse1 hook registers the backend without its "
+    @gap(16, "Inductor: the PrivateUse1 hook registers the backend without its "
          "device_custom_config")
     def test_inductor_hook_keeps_the_device_config(self, children):
         outcome(children, "compile", "inductor_custom_config")
 
-    @gap("Inductor: get_current_backend answers config.cuda_backend for unknown devices")
+    @gap(18, "Inductor: get_current_backend answers config.cuda_backend for unknown devices")
     def test_inductor_current_backend(self, children):
         outcome(children, "compile", "inductor_current_backend")
 
-    @gap("Inductor: the Python wrapper calls C++ kernels on cpu and mps only "
+    @gap(20, "Inductor: the Python wrapper calls C++ kernels on cpu and mps only "
          "('device openreg nyi')")
     def test_python_wrapper_kernel_call(self, children):
         outcome(children, "compile", "python_wrapper_kernel_call")
 
-    @gap("Inductor: cpp_utils.DEVICE_TO_ATEN maps in-tree device types only")
+    @gap(21, "Inductor: cpp_utils.DEVICE_TO_ATEN maps in-tree device types only")
     def test_cpp_wrapper_device_to_aten(self, children):
         outcome(children, "compile", "cpp_device_to_aten")
 
-    @gap("Inductor: mode='reduce-overhead' (cudagraph trees) uses graphs on CUDA only")
+    @gap(28, "Inductor: mode='reduce-overhead' (cudagraph trees) uses graphs on CUDA only")
     def test_reduce_overhead_uses_the_device_graphs(self, children):
         outcome(children, "reduce_overhead")

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from . import _browser as cdp
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -66,6 +67,8 @@ def site(tmp_path_factory):
 @pytest.mark.docs
 @pytest.mark.slow
 class TestBuild:
+    hw_classification = HW.GENERIC
+
     def test_builds_without_warnings(self, site):
         assert site.returncode == 0 and "WARNING" not in site.stderr, (
             f"sphinx -W failed (exit {site.returncode}):\n{site.stderr[-6000:]}")
@@ -125,6 +128,8 @@ class TestBuild:
 
 @pytest.mark.docs
 class TestDocstrings:
+    hw_classification = HW.GENERIC
+
     @pytest.mark.parametrize("modname", API_MODULES)
     def test_every_public_name_says_what_it_does(self, modname):
         module = importlib.import_module(modname)
@@ -197,6 +202,8 @@ def toctree_pages():
 @pytest.mark.docs
 @pytest.mark.slow
 class TestInBrowser:
+    hw_classification = HW.GENERIC
+
     @pytest.mark.parametrize("page", ["index", "search", "genindex", *toctree_pages()])
     def test_page_renders_without_console_errors(self, browser, served, page):
         if page == "pytorch-gaps" and not (DOCS / "pytorch-gaps.md").exists():

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from tests import target
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 DEV = DEVICE
 
@@ -57,6 +57,8 @@ def assert_invalidated(g):
 @pytest.mark.graphs
 @pytest.mark.smoke
 class TestCaptureReplay:
+    hw_classification = HW.ACCELERATOR
+
     def test_accelerator_graph_as_in_its_docstring(self):
         x = torch.zeros(2000, device=DEV)
         s = torch.Stream(device=DEV)
@@ -179,6 +181,7 @@ class TestCaptureReplay:
 class TestIllegalDuringCapture:
     """Each fails with an error naming capture, invalidates the capture and
     leaves no graph; the device works afterwards."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.openreg_only
     @pytest.mark.parametrize("call,match", [
@@ -320,6 +323,8 @@ class TestIllegalDuringCapture:
 
 @pytest.mark.graphs
 class TestMemoryPools:
+    hw_classification = HW.ACCELERATOR
+
     def test_capture_allocates_from_the_graph_pool(self):
         fresh()
         x = torch.ones(1024, device=DEV)
@@ -403,6 +408,8 @@ class TestMemoryPools:
 
 @pytest.mark.graphs
 class TestRandomness:
+    hw_classification = HW.ACCELERATOR
+
     def test_each_replay_draws_new_numbers_reproducibly(self):
         def run():
             g, (u, n, d) = capture(lambda: (torch.rand(64, device=DEV),
@@ -477,6 +484,8 @@ def _mlp(device):
 
 @pytest.mark.graphs
 class TestTraining:
+    hw_classification = HW.ACCELERATOR
+
     def test_the_recipe_of_the_cuda_graphs_docs(self):
         """Whole-network capture from PyTorch's CUDA graphs notes, device swapped."""
         torch.manual_seed(1)
@@ -580,6 +589,8 @@ class TestTraining:
 
 @pytest.mark.graphs
 class TestTools:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only
     def test_profiler_shows_the_replay_and_its_kernels(self):
         from torch.profiler import ProfilerActivity, profile

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from tests import target
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 STEPS = 20
 
@@ -83,6 +83,8 @@ def run(make_model, make_batch, loss_fn, device, seed_device):
 @pytest.mark.model
 @pytest.mark.slow
 class TestTwentySteps:
+    hw_classification = HW.ACCELERATOR
+
     def test_transformer(self):
         def batch(g):
             t = torch.randint(0, 100, (8, 16), generator=g)

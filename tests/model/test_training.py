@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 
 def train(model, device, steps=5, seed=0):
@@ -34,6 +34,8 @@ def mlp():
 @pytest.mark.model
 @pytest.mark.smoke
 class TestSmallModel:
+    hw_classification = HW.ACCELERATOR
+
     def test_forward_backward_equals_cpu(self):
         m = mlp()
         md = copy.deepcopy(m).to(DEVICE)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 MUTATIONS = ["t_", "unsqueeze_", "squeeze_", "as_strided_", "set_", "resize_",
              "transpose_", "fill_", "add_"]
@@ -41,6 +41,8 @@ def mutate(x: torch.Tensor, step: str, other: torch.Tensor, i: int) -> None:
 
 @pytest.mark.ops
 class TestAliasReuse:
+    hw_classification = HW.ACCELERATOR
+
     @settings(max_examples=40, deadline=None)
     @given(st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=12))
     def test_in_place_metadata_changes_between_operators(self, steps):

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tests import target
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 DEV = DEVICE
 LOW_DTYPES = [torch.float16, torch.bfloat16]
@@ -253,6 +253,8 @@ def ids(cases):
 @pytest.mark.ops
 @pytest.mark.smoke
 class TestAutocastQuick:
+    hw_classification = HW.ACCELERATOR
+
     def test_availability_and_default_dtype(self):
         assert torch.amp.is_autocast_available(DEV)
         # CUDA's default: float16.
@@ -281,6 +283,8 @@ class TestAutocastQuick:
 
 @pytest.mark.ops
 class TestAutocastPolicy:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only  # the exact set openreg's Autocast.cpp registers
     def test_registered_operators_are_cudas(self):
         # Same operator set as AutocastCUDA in this very torch build, except
@@ -417,6 +421,8 @@ class TestAutocastPolicy:
 
 @pytest.mark.ops
 class TestAutocastContext:
+    hw_classification = HW.ACCELERATOR
+
     def test_nested_and_disabled(self):
         a = torch.randn(3, 3, device=DEV)
         with torch.autocast(DEV):
@@ -532,6 +538,8 @@ def scaler_loop(device, steps, *, autocast_dtype=None, poison=(), opt_kwargs=Non
 
 @pytest.mark.ops
 class TestGradScaler:
+    hw_classification = HW.ACCELERATOR
+
     def test_scale_and_unscale(self):
         scaler = torch.amp.GradScaler(DEV, init_scale=1024.0)
         assert scaler.get_scale() == 1024.0   # before any step: the initial scale

@@ -8,13 +8,15 @@ import torch.nn.functional as F
 from torch.autograd import gradcheck
 
 from tests import target
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 DEV = DEVICE
 
 
 @pytest.mark.ops
 class TestAutogradEngine:
+    hw_classification = HW.ACCELERATOR
+
     def test_backward_runs_on_a_device_thread(self):
         seen = {}
         x = torch.randn(4, device=DEV, requires_grad=True)
@@ -103,6 +105,8 @@ GRADCHECK_CASES = {
 
 @pytest.mark.ops
 class TestGradcheck:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("name", sorted(GRADCHECK_CASES))
     def test_gradcheck_float64(self, name):
         fn, inputs = GRADCHECK_CASES[name]()
@@ -113,6 +117,7 @@ class TestGradcheck:
 @pytest.mark.ops
 class TestRecurrent:
     """ATen sends PrivateUse1 RNN cells to the fused kernels CUDA uses."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN])
     def test_multilayer_rnn_matches_cpu(self, cls):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.library import opcheck
 
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 DEV = DEVICE
 
@@ -68,6 +68,8 @@ def compiled_matches_eager(fn, *args):
 @pytest.mark.smoke
 @pytest.mark.openreg_only  # openreg's own operators (torch.ops.openreg)
 class TestFusedBiasGeluQuick:
+    hw_classification = HW.ACCELERATOR
+
     ops = torch.ops.openreg  # openreg's own operator library
 
     def test_forward_backward_match_cpu(self):
@@ -87,6 +89,8 @@ class TestFusedBiasGeluQuick:
 @pytest.mark.ops
 @pytest.mark.openreg_only  # openreg's own operators (torch.ops.openreg)
 class TestFusedBiasGelu:
+    hw_classification = HW.ACCELERATOR
+
     ops = torch.ops.openreg  # openreg's own operator library
 
     @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
@@ -180,6 +184,8 @@ class TestFusedBiasGelu:
 @pytest.mark.ops
 @pytest.mark.openreg_only  # openreg's own operators (torch.ops.openreg)
 class TestScaledAddStructured:
+    hw_classification = HW.ACCELERATOR
+
     ops = torch.ops.openreg  # openreg's own operator library
 
     CASES = [  # self, other, alpha: broadcasting and type promotion as torch.add
@@ -353,6 +359,8 @@ class TestScaledAddStructured:
 
 @pytest.mark.ops
 class TestAddcmulDispatchStub:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only  # openreg's recorded kernel names (torch_openreg.testing)
     def test_openreg_kernel_runs_for_every_variant(self):
         from torch_openreg.testing import recorded_kernels
@@ -452,6 +460,8 @@ class TestAddcmulDispatchStub:
 @pytest.mark.ops
 @pytest.mark.openreg_only  # openreg's own operators (torch.ops.openreg, torch_openreg.ops)
 class TestRmsNormPythonOp:
+    hw_classification = HW.ACCELERATOR
+
     ops = torch.ops.openreg  # openreg's own operator library
 
     def reference(self, x, w, eps):

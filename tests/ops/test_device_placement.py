@@ -8,7 +8,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from tests import target
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 DEV = DEVICE
 SAME = "Expected all tensors to be on the same device"
@@ -70,6 +70,7 @@ def _ids(op):
 @pytest.mark.smoke
 class TestSameDeviceErrors:
     """The issue's own cases: CUDA's error, raised before anything is written."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize("call", [
         lambda o, c: torch.add(c, o),
@@ -148,6 +149,7 @@ class TestSameDeviceErrors:
 class TestOpInfoDeviceMixSweep:
     """Every OpInfo operator with two or more tensor inputs, one non-scalar input
     moved to the CPU: a device error, unless CUDA accepts the mix too."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize("op", MIX_OPS, ids=_ids)
     def test_mixed_inputs(self, op):

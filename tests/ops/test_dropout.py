@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import target
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 DEV = DEVICE
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -25,6 +25,8 @@ def exact(dev_result, cpu_result):
 
 @pytest.mark.ops
 class TestFusedDropout:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("dtype", FLOATS, ids=str)
     def test_forward_and_backward_match_the_cpu_formula(self, dtype):
         torch.manual_seed(0)

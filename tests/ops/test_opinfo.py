@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from tests import target
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 from . import opinfo_harness as H
 from .opinfo_skips import RANDOM, RANDOM_SAMPLES, SAMPLE_SKIPS, SKIPS, VALUES_UNCHECKED
@@ -110,6 +110,8 @@ def summary_line():
 @pytest.mark.ops
 @pytest.mark.smoke
 class TestOpInfoSkipTable:
+    hw_classification = HW.ACCELERATOR
+
     def test_skip_keys_name_existing_groups(self):
         """A key must name an OpInfo entry and, if it has a third element,
         one of that entry's groups (so renamed ops or dtypes do not leave
@@ -133,6 +135,7 @@ class TestOpInfoSkipTable:
 @pytest.mark.smoke
 class TestOpInfoSmoke:
     """float32 forward of a few representative operators (under a minute)."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize("op_name", SMOKE_OPS)
     def test_forward_float32(self, op_name):
@@ -143,6 +146,7 @@ class TestOpInfoSmoke:
 @pytest.mark.slow
 class TestOpInfo:
     """The full sweep: every OpInfo entry and group."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize(("op_name", "group"), CASES, ids=CASE_IDS)
     def test_op(self, op_name, group):
@@ -153,6 +157,7 @@ class TestOpInfo:
 @pytest.mark.slow
 class TestOpInfoSummary:
     """Runs after the sweep (pytest keeps the order of definition)."""
+    hw_classification = HW.ACCELERATOR
 
     def test_zz_summary(self, capsys):
         line, rate = summary_line()

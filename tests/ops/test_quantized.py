@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 DEV = DEVICE
 BYTE_QDTYPES = [torch.qint8, torch.quint8, torch.qint32]
@@ -58,6 +58,8 @@ shapes = st.lists(st.integers(1, 6), min_size=1, max_size=3).map(tuple)
 @pytest.mark.ops
 @pytest.mark.smoke
 class TestCreation:
+    hw_classification = HW.ACCELERATOR
+
     @settings(max_examples=60, deadline=None)
     @given(shape=shapes, dtype=st.sampled_from(QDTYPES), scale=st.floats(1e-3, 10.0),
            zp_at=st.sampled_from(["low", "high", "mid"]), seed=st.integers(0, 2 ** 31),
@@ -158,6 +160,8 @@ class TestCreation:
 
 @pytest.mark.ops
 class TestPlumbing:
+    hw_classification = HW.ACCELERATOR
+
     def pair(self, dtype=torch.qint8, shape=(4, 6)):
         x = torch.randn(shape) * 3
         return (torch.quantize_per_tensor(x.to(DEV), 0.05, 2, dtype),
@@ -251,6 +255,8 @@ class TestPlumbing:
 
 @pytest.mark.ops
 class TestFakeQuantAndPT2E:
+    hw_classification = HW.ACCELERATOR
+
     def test_fake_quantize_operators(self):
         x = torch.randn(4, 6) * 4
         s, z = torch.tensor([0.1]), torch.tensor([3], dtype=torch.int32)
@@ -322,6 +328,8 @@ class TestFakeQuantAndPT2E:
 
 @pytest.mark.ops
 class TestErrorsAndCapability:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("name, fn, op", [
         ("add", lambda q: q + q, "aten::add.out"),
         ("exp", lambda q: q.exp(), "aten::exp.out"),

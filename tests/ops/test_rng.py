@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import target
-from tests.target import DEVICE
+from tests.target import DEVICE, HW
 
 DEV = DEVICE
 MASK32 = 0xFFFFFFFF
@@ -56,6 +56,8 @@ def offset_now(device=DEV):
 @pytest.mark.ops
 @pytest.mark.smoke
 class TestState:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only  # openreg's generator state layout
     def test_layout_is_cudas_seed_then_offset(self):
         target.device_module.manual_seed(0x0123456789ABCDEF)
@@ -162,6 +164,7 @@ class TestState:
 @pytest.mark.openreg_only  # openreg's Philox stream rule (docs/rng.md)
 class TestStreamRule:
     """The values are the documented Philox positions (the pure-Python oracle)."""
+    hw_classification = HW.ACCELERATOR
 
     def test_uniform_float_is_word_0_of_each_position(self):
         seed, base = 2024, 12
@@ -240,6 +243,7 @@ class TestSplitProperty:
     """Drawing n elements at offset b gives positions b..b+n: a tensor drawn
     in two parts, the second at b + n1, equals the tensor drawn at once
     (what DTensor's offset-based RNG tracker assumes of a CUDA generator)."""
+    hw_classification = HW.ACCELERATOR
 
     @settings(max_examples=60, deadline=None)
     @given(dist=st.sampled_from(sorted(DRAWS)), n=st.integers(2, 300), cut=st.integers(1, 75),
@@ -279,6 +283,8 @@ def _moments(x):
 
 @pytest.mark.ops
 class TestDistributions:
+    hw_classification = HW.ACCELERATOR
+
     N = 400_000
 
     def draw(self, fn, dtype=torch.float32, seed=0):
@@ -387,6 +393,7 @@ class TestDistributions:
 class TestBridgedOperators:
     """Random operators with only a CPU kernel (gamma, poisson, binomial,
     dirichlet, rrelu) draw through a CPU engine seeded from the stream."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize("op, mean", [
         (lambda r: torch.poisson(r), 3.0),
@@ -411,6 +418,8 @@ class TestBridgedOperators:
 @pytest.mark.ops
 @pytest.mark.openreg_only  # openreg's Philox positions of the SDPA mask
 class TestAttentionDropoutPosition:
+    hw_classification = HW.ACCELERATOR
+
     def test_the_mask_sits_at_philox_seed_and_offset(self):
         fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable
         q = torch.randn(2, 3, 5, 8, device=DEV)
@@ -432,6 +441,7 @@ class TestAttentionDropoutPosition:
 @pytest.mark.openreg_only  # torch_openreg._C
 class TestGraphHooks:
     """CUDA's graph-safe RNG hooks, as a graph implementation calls them."""
+    hw_classification = HW.ACCELERATOR
 
     def test_capture_reads_slots_and_replay_advances_past_the_graph(self):
         from torch_openreg import _C

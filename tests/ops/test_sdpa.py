@@ -9,7 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests import target
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 DEV = DEVICE
 aten = torch.ops.aten
@@ -81,6 +81,8 @@ def qkv(B=2, Hq=4, Hkv=4, L=5, S=7, E=8, Ev=6, seed=0):
 @pytest.mark.ops
 @pytest.mark.smoke
 class TestSDPAQuick:
+    hw_classification = HW.ACCELERATOR
+
     def test_fused_choice_is_overrideable(self):
         q, k, v = (t.to(DEV) for t in qkv())
         assert torch._fused_sdp_choice(q, k, v) == SDPBackend.OVERRIDEABLE.value
@@ -103,6 +105,8 @@ class TestSDPAQuick:
 
 @pytest.mark.ops
 class TestSDPAMatchesCPU:
+    hw_classification = HW.ACCELERATOR
+
     CASES = {
         "plain": (dict(), {}),
         "causal": (dict(L=6, S=6), dict(is_causal=True)),
@@ -197,6 +201,8 @@ class TestSDPAMatchesCPU:
 
 @pytest.mark.ops
 class TestSDPADropout:
+    hw_classification = HW.ACCELERATOR
+
     def sdpa(self, q, k, v, p=0.3, seed=None, **kw):
         if seed is not None:
             target.device_module.manual_seed(seed)
@@ -287,6 +293,8 @@ class TestSDPADropout:
 
 @pytest.mark.ops
 class TestSDPASecondDevice:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.fixture(autouse=True)
     def _needs_two_devices(self):
         if target.device_module.device_count() < 2:
@@ -315,6 +323,8 @@ class TestSDPASecondDevice:
 
 @pytest.mark.ops
 class TestSDPABackendSelection:
+    hw_classification = HW.ACCELERATOR
+
     def test_math_backend_on_openreg_skips_the_fused_kernel(self):
         q, k, v = (t.to(DEV) for t in qkv())
         rec = RecordOps()
@@ -357,6 +367,8 @@ class TestSDPABackendSelection:
 
 @pytest.mark.ops
 class TestSDPAErrors:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only  # openreg's kernel's own message
     def test_dtype_mismatch(self):
         q, k, v = (t.to(DEV) for t in qkv())
@@ -439,6 +451,8 @@ class TestSDPAErrors:
 
 @pytest.mark.ops
 class TestSDPACompile:
+    hw_classification = HW.ACCELERATOR
+
     def test_aot_eager_fullgraph_forward_and_backward(self):
         def attn(q, k, v, mask):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).relu().sum()

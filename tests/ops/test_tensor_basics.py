@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import target
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 DEV = DEVICE
 
@@ -21,6 +21,8 @@ def same(dev_result, cpu_result, **kw):
 
 @pytest.mark.ops
 class TestFactories:
+    hw_classification = HW.ACCELERATOR
+
     def test_factories(self):
         for make in [
             lambda d: torch.zeros(3, 4, device=d),
@@ -49,6 +51,8 @@ class TestFactories:
 @pytest.mark.ops
 @pytest.mark.smoke
 class TestViewsAndAliasing:
+    hw_classification = HW.ACCELERATOR
+
     def test_views_alias_their_base(self):
         base = torch.arange(12.0, device=DEV)
         v = base.view(3, 4)
@@ -127,6 +131,8 @@ class TestViewsAndAliasing:
 @pytest.mark.ops
 @pytest.mark.smoke
 class TestCopies:
+    hw_classification = HW.ACCELERATOR
+
     def test_to_and_from(self):
         x = torch.randn(5, 7)
         d = x.to(DEV)
@@ -160,6 +166,8 @@ class TestCopies:
 
 @pytest.mark.ops
 class TestElementwiseAgainstCpu:
+    hw_classification = HW.ACCELERATOR
+
     @settings(max_examples=40, deadline=None)
     @given(
         shape=st.lists(st.integers(0, 6), min_size=0, max_size=3),
@@ -226,6 +234,8 @@ class TestElementwiseAgainstCpu:
 
 @pytest.mark.ops
 class TestRandom:
+    hw_classification = HW.ACCELERATOR
+
     def test_manual_seed_reproduces(self):
         torch.manual_seed(123)
         a = torch.randn(100, device=DEV)

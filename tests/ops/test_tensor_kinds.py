@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 DEV = DEVICE
 COMPLEX = [torch.complex64, torch.complex128]
@@ -27,6 +27,8 @@ def cplx(*shape, dtype=torch.complex64, seed=0):
 
 @pytest.mark.ops
 class TestComplex:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("dtype", COMPLEX, ids=str)
     @pytest.mark.parametrize("op", [
         lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b,
@@ -125,6 +127,7 @@ class TestNamedTensors:
     ``Tensor.names``/``refine_names``/``rename``/``align_to``, no Dimname
     overloads in the dispatcher. There is nothing for a backend to implement;
     openreg fails exactly as the CPU does."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize("factory", [torch.zeros, torch.ones, torch.empty, torch.randn])
     def test_names_argument_fails_like_cpu(self, factory):
@@ -146,6 +149,8 @@ class TestNamedTensors:
 @pytest.mark.ops
 @pytest.mark.openreg_only  # openreg refuses sparse/Mkldnn tensors, with its own messages
 class TestSparse:
+    hw_classification = HW.ACCELERATOR
+
     def test_to_sparse(self):
         x = torch.randn(3, 3, device=DEV)
         with pytest.raises(NotImplementedError, match=r"openreg does not support sparse tensors: the operator "
@@ -202,6 +207,7 @@ class TestSparse:
 @pytest.mark.ops
 class TestNestedTensors:
     """Nested (jagged) tensors are not supported on openreg: a clear error."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.openreg_only  # openreg refuses nested tensors, with its own message
     def test_nested_result_is_refused_by_name(self):

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from tests.distributed._launch import check_ok, run_ranks
+from tests.target import HW
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "profile_allreduce.py")
 
@@ -14,6 +15,8 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "pr
 @pytest.mark.profiler
 @pytest.mark.openreg_only
 class TestCollectiveActivities:
+    hw_classification = HW.ACCELERATOR
+
     def test_allreduce_kernel_carries_c10d_metadata(self):
         results = run_ranks(WORKER, 2, timeout=120)  # an absolute path: our own worker
         check_ok(results)

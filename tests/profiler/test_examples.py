@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -26,6 +27,8 @@ def run(tmp_path_factory):
 
 @pytest.mark.profiler
 class TestProfileTrainingExample:
+    hw_classification = HW.ACCELERATOR
+
     def test_prints_the_table_and_the_trace_path(self, run):
         out, trace = run
         assert "recorded steps 2..3 of 4" in out

@@ -15,7 +15,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 from tests import target
-from tests.target import DEVICE, device
+from tests.target import DEVICE, HW, device
 
 DEV = DEVICE
 ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
@@ -61,6 +61,8 @@ def step_profile():
 @pytest.mark.profiler
 @pytest.mark.smoke
 class TestTrainingStepTrace:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only
     def test_kernels_for_the_model_ops(self, step_profile):
         kernels = [e for e in device_events(step_profile) if not e.name.startswith("or")]
@@ -115,6 +117,8 @@ class TestTrainingStepTrace:
 
 @pytest.mark.profiler
 class TestCopiesStreamsDevices:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only
     def test_copies_carry_bytes_and_kind(self, tmp_path):
         a = torch.randn(256)  # 1 KiB
@@ -176,6 +180,8 @@ class TestCopiesStreamsDevices:
 
 @pytest.mark.profiler
 class TestRangesAndMarkers:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only
     def test_record_function_and_range_markers(self, tmp_path):
         from torch_openreg import profiler as orprof
@@ -212,6 +218,8 @@ class TestRangesAndMarkers:
 
 @pytest.mark.profiler
 class TestProfilerLifecycle:
+    hw_classification = HW.ACCELERATOR
+
     def test_schedule_and_tensorboard_handler(self, tmp_path):
         m = model()
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -283,6 +291,8 @@ def _rss_kib() -> int:
 
 @pytest.mark.profiler
 class TestLegacyPath:
+    hw_classification = HW.ACCELERATOR
+
     def test_use_device_openreg_reports_non_negative_device_time(self, recwarn):
         x = torch.randn(128, 128, device=DEV)
         with torch.autograd.profiler.profile(use_device=DEVICE) as prof:
@@ -301,6 +311,8 @@ class TestLegacyPath:
 
 @pytest.mark.profiler
 class TestMemoryProfiling:
+    hw_classification = HW.ACCELERATOR
+
     def test_profile_memory_shows_openreg_allocations(self):
         with profile(activities=ACTIVITIES, profile_memory=True) as prof:
             x = torch.empty(1024, 1024, device=DEV)  # 4 MiB
@@ -324,6 +336,8 @@ class TestMemoryProfiling:
 
 @pytest.mark.profiler
 class TestLaunchAnnotations:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.openreg_only
     def test_annotation_becomes_activity_arguments(self, tmp_path):
         from torch_openreg import _runtime as rt

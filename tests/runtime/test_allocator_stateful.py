@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests._subprocess import child_env
 from tests.runtime._helpers import ALIGN, MB, REPO, HostBuf, d2h, h2d, round_up, rt
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -282,6 +283,7 @@ COMMON = dict(deadline=None, database=None, suppress_health_check=list(HealthChe
 class TestAllocatorInProcess(AllocatorMachineDevice1.TestCase):
     """Default 4G capacity, device 1."""
 
+    hw_classification = HW.ACCELERATOR
     settings = settings(max_examples=60, stateful_step_count=40, **COMMON)
 
 
@@ -289,11 +291,14 @@ if os.environ.get(CHILD_ENV):
 
     @pytest.mark.runtime
     class TestAllocatorMachineChild(AllocatorMachine.TestCase):
+        hw_classification = HW.ACCELERATOR
         settings = settings(max_examples=int(os.environ[CHILD_ENV]),
                             stateful_step_count=50, **COMMON)
 
     @pytest.mark.runtime
     class TestAllocatorMachineChildCoverage:
+        hw_classification = HW.ACCELERATOR
+
         def test_branches_were_exercised(self):  # runs after the machine
             assert STATS["malloc_ok"] > 0 and STATS["malloc_oom"] > 0, STATS
             assert STATS["exact_model"] > 0 and STATS["malloc_gap"] > 0, STATS
@@ -305,6 +310,8 @@ if os.environ.get(CHILD_ENV):
 class TestAllocatorSmallCapacity:
     # Strict mode backs device memory with a memfd (freed ranges are punched
     # out with fallocate); non-strict mode with anonymous memory (madvise).
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("strict", ["1", "0"], ids=["strict", "non_strict"])
     def test_machine_with_64M_capacity(self, strict):
         env = child_env({"OPENREG_DEVICE_MEMORY": "64M", "OPENREG_STRICT_MEMORY": strict,

@@ -11,6 +11,7 @@ import pytest
 
 from tests._subprocess import run_python
 from tests.runtime._helpers import CHILD_PRELUDE, CHILD_PRELUDE_WITH_TORCH
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -31,6 +32,8 @@ print(json.dumps({"value": value}), flush=True)
 
 @pytest.mark.runtime
 class TestStrictMemory:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("prelude, write", [
         (CHILD_PRELUDE, ""), (CHILD_PRELUDE_WITH_TORCH, ""), (CHILD_PRELUDE, "1"),
     ], ids=["read", "read_with_torch", "write"])
@@ -85,6 +88,8 @@ def _probe(env):
 
 @pytest.mark.runtime
 class TestEnvironment:
+    hw_classification = HW.ACCELERATOR
+
     def test_invalid_device_memory(self):
         out = _probe({"OPENREG_DEVICE_MEMORY": "banana"})
         name, msg = out["count"]

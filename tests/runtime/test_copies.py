@@ -19,6 +19,7 @@ from tests.runtime._helpers import (
     rt,
     sync_stream,
 )
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -29,6 +30,8 @@ OpenRegError = rt.OpenRegError
 # ---------------------------------------------------------------- synchronous copies
 @pytest.mark.runtime
 class TestCopies:
+    hw_classification = HW.ACCELERATOR
+
     def test_memcpy_all_kinds(self):
         data = bytes((i * 7 + 3) % 256 for i in range(3000))
         a, b = rt.malloc(3000), rt.malloc(3000)
@@ -118,6 +121,8 @@ class TestCopies:
 # ---------------------------------------------------------------- async copies
 @pytest.mark.runtime
 class TestAsyncMemcpy:
+    hw_classification = HW.ACCELERATOR
+
     def test_pinned_copies_are_asynchronous(self, stream, dev_block):
         n = 4096
         data = bytes((i * 13 + 1) % 256 for i in range(n))

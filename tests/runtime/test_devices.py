@@ -6,6 +6,7 @@ import threading
 import pytest
 
 from tests.runtime._helpers import on_device, rt
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -16,6 +17,8 @@ OpenRegError = rt.OpenRegError
 # ---------------------------------------------------------------- devices
 @pytest.mark.runtime
 class TestDevices:
+    hw_classification = HW.ACCELERATOR
+
     def test_count_and_properties(self):
         n = rt.device_count()
         assert n == 2

@@ -11,6 +11,7 @@ from tests.runtime._helpers import (
     sync_event,
     sync_stream,
 )
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -21,6 +22,8 @@ OpenRegError = rt.OpenRegError
 # ---------------------------------------------------------------- async errors
 @pytest.mark.runtime
 class TestAsyncErrors:
+    hw_classification = HW.ACCELERATOR
+
     def test_failing_kernel_reported_at_synchronize(self, stream):
         sid = rt.stream_id(stream)
         rt.launch_failing_kernel(stream)
@@ -109,6 +112,7 @@ class TestHugeSizes:
     checks, never run (found by tests/runtime/test_fuzz_api.py: orMemset(p, v,
     SIZE_MAX) passed the check and wrote over the device's memory). In a child
     process, since without the fix the call brings the process down."""
+    hw_classification = HW.ACCELERATOR
 
     def test_wrapping_ranges_are_refused(self):
         from tests._subprocess import run_python

@@ -12,6 +12,7 @@ from tests.runtime._helpers import (
     sync_event,
     sync_stream,
 )
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -22,6 +23,8 @@ OpenRegError = rt.OpenRegError
 # ---------------------------------------------------------------- events
 @pytest.mark.runtime
 class TestEvents:
+    hw_classification = HW.ACCELERATOR
+
     def test_query_false_while_gated(self, stream):
         e = rt.event_create()
         try:

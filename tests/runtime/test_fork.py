@@ -6,6 +6,7 @@ import pytest
 
 from tests._subprocess import run_python
 from tests.runtime._helpers import CHILD_PRELUDE
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -48,6 +49,8 @@ print(json.dumps(out))
 
 @pytest.mark.runtime
 class TestFork:
+    hw_classification = HW.ACCELERATOR
+
     def test_forked_child_cannot_use_an_initialised_runtime(self):
         res = run_python(FORK_SCRIPT, timeout=60, clean_openreg_env=True)
         assert res.returncode == 0, res.stderr

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from tests.runtime._helpers import ALIGN, MB, HostBuf, d2h, h2d, round_up, rt
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -277,4 +278,5 @@ class RuntimeApiFuzz(RuleBasedStateMachine):
 TestRuntimeApiFuzz = RuntimeApiFuzz.TestCase
 TestRuntimeApiFuzz.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
                                        suppress_health_check=[HealthCheck.too_slow])
+TestRuntimeApiFuzz.hw_classification = HW.ACCELERATOR
 TestRuntimeApiFuzz = pytest.mark.runtime(TestRuntimeApiFuzz)

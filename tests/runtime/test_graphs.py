@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from tests.runtime._helpers import call_with_timeout, d2h, gates, h2d, rt, sync_stream
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -50,6 +51,8 @@ def capture(stream, record, mode=rt.CaptureModeGlobal):
 
 @pytest.mark.runtime
 class TestCaptureAndReplay:
+    hw_classification = HW.ACCELERATOR
+
     def test_recorded_work_runs_only_at_replay_in_capture_order(self, stream, buf):
         counter = rt.OwnedCounter()
 
@@ -182,6 +185,8 @@ class TestCaptureAndReplay:
 
 @pytest.mark.runtime
 class TestForkAndJoin:
+    hw_classification = HW.ACCELERATOR
+
     def test_forked_stream_joins_and_replays_in_order(self, stream, stream2, buf):
         def record():
             e1, e2 = rt.event_create(), rt.event_create()
@@ -250,6 +255,7 @@ class TestIllegalDuringCapture:
     """Each illegal call fails with its error, invalidates the capture (later
     work on the stream fails too), and the end reports the first reason; the
     stream is usable again afterwards."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.fixture(autouse=True)
     def _scratch(self):
@@ -398,6 +404,8 @@ class TestIllegalDuringCapture:
 
 @pytest.mark.runtime
 class TestGraphHandles:
+    hw_classification = HW.ACCELERATOR
+
     def test_invalid_handles(self, stream):
         for call, args in (("graph_instantiate", (0,)), ("graph_launch", (12345, stream)),
                            ("graph_destroy", (0,)), ("graph_exec_destroy", (0,)),

@@ -15,6 +15,7 @@ import pytest
 
 from tests._subprocess import run_python
 from tests.runtime._helpers import CHILD_PRELUDE, rt
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -95,6 +96,8 @@ def _mapped_memfds():
 
 @pytest.mark.runtime
 class TestIpc:
+    hw_classification = HW.ACCELERATOR
+
     def test_peer_reads_and_writes_an_exported_allocation(self, exporter):
         before = _mapped_memfds()
         ptr = rt.ipc_open_mem_handle(exporter.handle)

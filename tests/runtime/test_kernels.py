@@ -15,6 +15,7 @@ from tests.runtime._helpers import (
     sync_stream,
     wait_until,
 )
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.openreg_only
 # ---------------------------------------------------------------- kernels
 @pytest.mark.runtime
 class TestKernels:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.parametrize("sync", [True, False])
     def test_fill_i32(self, stream, sync):
         n = 1000
@@ -102,6 +105,7 @@ class TestLaunchNeverInline:
     worker, so a launch of work that may block (a collective waiting for its
     peers) returns at once. Without the flag, an idle stream runs the kernel
     inline on the calling thread (the fast path), which blocks the caller."""
+    hw_classification = HW.ACCELERATOR
 
     def test_runs_on_a_worker_and_the_launch_returns_at_once(self, stream):
         g = rt.Gate()
@@ -145,6 +149,7 @@ class TestLaunchMayDefer:
     the calling thread; there it may give up (orErrorNotReady), and then a
     device worker calls it again, in stream order, while the stream stays
     busy. OCCL launches its small collectives this way."""
+    hw_classification = HW.ACCELERATOR
 
     def test_finishing_attempt_runs_inline(self, stream):
         g = rt.Gate()
@@ -223,6 +228,7 @@ class TestLockFreeClaim:
     """A synchronous launch claims an idle stream it has used before without the
     scheduler lock. Streams must still run one item at a time, in order, and host
     waiters must still be woken."""
+    hw_classification = HW.ACCELERATOR
 
     @pytest.mark.parametrize("threads", [1, 4])
     def test_many_threads_on_one_stream_run_one_kernel_at_a_time(self, stream, threads):

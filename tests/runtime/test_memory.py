@@ -11,6 +11,7 @@ from tests.runtime._helpers import (
     round_up,
     rt,
 )
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -21,6 +22,8 @@ OpenRegError = rt.OpenRegError
 # ---------------------------------------------------------------- memory
 @pytest.mark.runtime
 class TestMemory:
+    hw_classification = HW.ACCELERATOR
+
     def test_device_pointer_attributes(self):
         p = rt.malloc(1000)
         try:

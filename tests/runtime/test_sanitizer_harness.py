@@ -13,6 +13,7 @@ import pytest
 
 from tests._subprocess import run_python, sanitizer_reports_to_stderr
 from tests.runtime._helpers import CHILD_PRELUDE, rt
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -22,6 +23,8 @@ SANITIZER = os.environ.get("OPENREG_TEST_SANITIZER", "")
 
 @pytest.mark.runtime
 class TestSanitizerHarness:
+    hw_classification = HW.ACCELERATOR
+
     @pytest.mark.skipif(SANITIZER != "asan", reason="runs under make check-asan (an ASan/UBSan build)")
     def test_asan_reports_a_planted_heap_overflow(self):
         assert hasattr(rt, "_planted_heap_overflow"), "the ASan build lacks its self-test"

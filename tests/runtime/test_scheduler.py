@@ -7,6 +7,7 @@ import pytest
 
 from tests._subprocess import run_python
 from tests.runtime._helpers import CHILD_PRELUDE, RuntimeHang
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -65,6 +66,8 @@ print(json.dumps(out))
 
 @pytest.mark.runtime
 class TestPriorities:
+    hw_classification = HW.ACCELERATOR
+
     def test_high_priority_runs_first_with_one_worker(self):
         res = run_python(PRIORITY_SCRIPT, env={"OPENREG_DEVICE_WORKERS": "1"}, timeout=60,
                          clean_openreg_env=True)
@@ -172,6 +175,8 @@ def _child_json(script, env=None):
 
 @pytest.mark.runtime
 class TestSchedulerWakeups:
+    hw_classification = HW.ACCELERATOR
+
     def test_transitive_wait_with_default_workers(self):
         out = _child_json(TRANSITIVE_WAIT_SCRIPT)
         assert out == {"workers": 4, "synchronized": True, "log": [1], "e1_done": True}

@@ -11,6 +11,7 @@ from tests.runtime._helpers import (
     sync_event,
     sync_stream,
 )
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -22,6 +23,8 @@ OpenRegError = rt.OpenRegError
 @pytest.mark.runtime
 @pytest.mark.smoke
 class TestSmoke:
+    hw_classification = HW.ACCELERATOR
+
     def test_device_memory_round_trip(self):
         p = rt.malloc(1000)
         try:

@@ -11,6 +11,7 @@ from tests.runtime._helpers import (
     sync_stream,
     wait_until,
 )
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -21,6 +22,8 @@ OpenRegError = rt.OpenRegError
 # ---------------------------------------------------------------- streams
 @pytest.mark.runtime
 class TestStreams:
+    hw_classification = HW.ACCELERATOR
+
     def test_priorities_are_clamped(self):
         made = []
         try:

@@ -38,6 +38,7 @@ from hypothesis.stateful import (
 
 from tests._subprocess import child_env
 from tests.runtime._helpers import REPO, RuntimeHang, call_with_timeout, on_device, rt
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -305,6 +306,7 @@ COMMON = dict(deadline=None, database=None, suppress_health_check=list(HealthChe
 class TestStreamsStateful(StreamMachine.TestCase):
     """Default configuration: 4 workers per device, streams on both devices."""
 
+    hw_classification = HW.ACCELERATOR
     settings = settings(max_examples=150, stateful_step_count=40, **COMMON)
 
 
@@ -316,6 +318,7 @@ if os.environ.get(CHILD_ENV):
 
     @pytest.mark.runtime
     class TestStreamMachineChild(ChildStreamMachine.TestCase):
+        hw_classification = HW.ACCELERATOR
         settings = settings(
             max_examples=int(os.environ[CHILD_ENV]), stateful_step_count=40,
             # A hang costs TIMEOUT per replay: report the first failure as is.
@@ -341,6 +344,8 @@ def run_child_machine(workers: str, devices: str, examples: int, fast_fail: bool
 class TestStreamsFewWorkers:
     """The machine with 1-2 workers per device, where closed gates and sleeps
     contend for the workers and the scheduler's choice decides what runs."""
+
+    hw_classification = HW.ACCELERATOR
 
     def test_two_workers_two_devices(self):
         # Cross-device waits with few workers once exposed a lost wake-up

@@ -9,6 +9,7 @@ from tests.runtime._helpers import (
     rt,
     sync_stream,
 )
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -17,6 +18,8 @@ pytestmark = pytest.mark.openreg_only
 # ---------------------------------------------------------------- tracing
 @pytest.mark.runtime
 class TestTracing:
+    hw_classification = HW.ACCELERATOR
+
     def test_trace_records(self):
         with on_device(1):
             s = rt.stream_create(0)
@@ -91,6 +94,8 @@ class TestTracing:
 
 @pytest.mark.runtime
 class TestTraceSubscribers:
+    hw_classification = HW.ACCELERATOR
+
     def test_two_subscribers_see_the_same_work(self):
         a, b = rt.TraceRecorder(), rt.TraceRecorder()
         p = rt.malloc(4096)
@@ -127,6 +132,8 @@ class TestTraceSubscribers:
 
 @pytest.mark.runtime
 class TestLaunchAnnotations:
+    hw_classification = HW.ACCELERATOR
+
     def test_annotation_goes_to_the_next_launch_only(self):
         rec = rt.TraceRecorder()
         p = rt.malloc(4096)

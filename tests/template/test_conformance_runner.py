@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from openreg_conformance import CLASSIFICATIONS
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -27,6 +28,8 @@ def run_conformance(tmp_path, *args, timeout=600):
 
 @pytest.mark.template
 class TestConformanceAgainstOpenReg:
+    hw_classification = HW.ACCELERATOR
+
     def test_every_classification_passes(self, tmp_path, capsys):
         r, junit = run_conformance(tmp_path, "--dist-backend", "occl")
         with capsys.disabled():  # the summary table, in CI's log
@@ -113,6 +116,8 @@ def install_pydev(root) -> dict:
 
 @pytest.mark.template
 class TestConformanceAgainstAnIndependentBackend:
+    hw_classification = HW.ACCELERATOR
+
     def test_runs_against_pydev_without_loading_openreg(self, tmp_path):
         # pydev is installed next to torch_openreg: the runner must load pydev
         # through its entry point, and openreg never (one PrivateUse1 backend

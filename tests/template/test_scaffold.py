@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests._subprocess import REPO
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -57,6 +58,8 @@ def foo_tree(tmp_path_factory):
 
 @pytest.mark.template
 class TestScaffoldNew:
+    hw_classification = HW.GENERIC
+
     @pytest.mark.parametrize("name,why", [
         ("Foo", "not a lower-case identifier"), ("1dev", "not a lower-case identifier"),
         ("my-dev", "not a lower-case identifier"), ("class", "Python keyword"),
@@ -154,6 +157,8 @@ def commit_upstream(src, edit, add=None):
 
 @pytest.mark.template
 class TestScaffoldUpdate:
+    hw_classification = HW.GENERIC
+
     def test_merges_upstream_changes_into_vendor_changes(self, upstream):
         src, tree = upstream
 

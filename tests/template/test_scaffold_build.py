@@ -12,6 +12,7 @@ import sysconfig
 import pytest
 
 from tests.template.test_scaffold import ROOT, leftovers, scaffold
+from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -56,6 +57,8 @@ def run(cmd, cwd, env, timeout):
 @pytest.mark.template
 @pytest.mark.slow
 class TestScaffoldedBackend:
+    hw_classification = HW.ACCELERATOR
+
     def test_builds_passes_its_smoke_and_conformance(self, tmp_path, capsys):
         tree = tmp_path / "torch-foo"
         r = scaffold("new", "--device", "foo", "--dest", str(tree))

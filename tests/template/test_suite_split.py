@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from tests._subprocess import REPO
+from tests.target import HW
 
 # It names openreg to find it.
 pytestmark = pytest.mark.openreg_only
@@ -93,6 +94,8 @@ def _files():
 
 @pytest.mark.template
 class TestSuiteSplit:
+    hw_classification = HW.GENERIC
+
     def test_device_generic_tests_do_not_name_the_device(self):
         offenders = []
         for path in _files():
@@ -131,7 +134,7 @@ class TestSuiteSplit:
             "sys.exit(pytest.main(['tests/template/test_suite_split.py', '--device', 'nosuchdev',"
             " '--collect-only', '-q', '-p', 'no:cacheprovider']))\n",
             timeout=120)
-        assert re.search(r"\b4 deselected", r.stdout), r.stdout + r.stderr
+        assert re.search(r"\b7 deselected", r.stdout), r.stdout + r.stderr
 
     def test_exactly_one_component_marker_per_test(self, tmp_path):
         # This suite's own rule (tests/conftest.py), applied to a file with a
@@ -153,3 +156,67 @@ class TestSuiteSplit:
                "(device, ops)" in out, out
         error = next(line for line in out.splitlines() if "component marker" in line)
         assert "TestOne" not in error
+
+
+@pytest.mark.template
+class TestHardwareClassification:
+    """PyTorch's hardware classification (torch.testing's HardwareClassification,
+    2.14 on; the version gates' twin on 2.13) on every test class, and
+    ``--hw-classification`` selecting as PyTorch's runner does."""
+
+    hw_classification = HW.GENERIC
+
+    def _collect(self, tmp_path, *args):
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", *args, "-p", "tests.conftest",
+             "-c", str(pathlib.Path(REPO) / "pyproject.toml"), "--rootdir", str(tmp_path),
+             "-p", "no:cacheprovider", "--collect-only", "-q"],
+            capture_output=True, text=True, cwd=REPO, timeout=120)
+
+    def test_every_class_declares_one(self, tmp_path):
+        (tmp_path / "test_x.py").write_text(
+            "import pytest\nfrom tests.target import HW\n\n"
+            "@pytest.mark.ops\nclass TestNone:\n    def test_a(self):\n        pass\n\n"
+            "@pytest.mark.ops\nclass TestWrong:\n    hw_classification = 'accelerator'\n\n"
+            "    def test_b(self):\n        pass\n\n"
+            "@pytest.mark.ops\nclass TestRight:\n    hw_classification = HW.ACCELERATOR\n\n"
+            "    def test_c(self):\n        pass\n")
+        r = self._collect(tmp_path, str(tmp_path / "test_x.py"))
+        out = r.stdout + r.stderr
+        assert r.returncode == 4, out
+        error = next(line for line in out.splitlines() if "hardware classification" in line)
+        assert "test_x.TestNone" in error and "test_x.TestWrong" in error, error
+        assert "TestRight" not in error
+
+    def test_selection_through_torchs_filter(self, tmp_path):
+        (tmp_path / "test_y.py").write_text(
+            "import pytest\nfrom tests.target import HW\n\n"
+            "@pytest.mark.ops\nclass TestAcc:\n    hw_classification = HW.ACCELERATOR\n\n"
+            "    def test_a(self):\n        pass\n\n    def test_b(self):\n        pass\n\n"
+            "@pytest.mark.docs\nclass TestGen:\n    hw_classification = HW.GENERIC\n\n"
+            "    def test_c(self):\n        pass\n")
+        r = self._collect(tmp_path, str(tmp_path / "test_y.py"), "--hw-classification",
+                          "accelerator")
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out
+        # The summary line is torch's own (filter_by_hw_classification), or its twin.
+        assert "HW classification mode active (['ACCELERATOR']): total=3, passed=2," in out, out
+        assert "test_y.py::TestAcc::test_a" in out and "TestGen" not in out.split("deselected")[0]
+        assert "1 deselected" in out
+        r = self._collect(tmp_path, str(tmp_path / "test_y.py"), "--hw-classification", "NPU")
+        assert r.returncode == 4 and "--hw-classification: unknown NPU" in r.stdout + r.stderr
+
+    def test_the_suite_is_classified(self):
+        # Collection itself enforces it (tests/conftest.py): the whole suite
+        # collects, and GENERIC selects the classes that use no device.
+        from tests._subprocess import run_python
+        r = run_python(
+            "import sys, pytest\n"
+            "sys.exit(pytest.main(['tests', '--hw-classification', 'GENERIC', '--collect-only',"
+            " '-q', '-p', 'no:cacheprovider']))\n", timeout=300)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out[-3000:]
+        classes = {line.split("::")[1] for line in r.stdout.splitlines() if "::" in line}
+        assert classes == {"TestSnippets", "TestRoute", "TestBuild", "TestDocstrings",
+                           "TestInBrowser", "TestScaffoldNew", "TestScaffoldUpdate",
+                           "TestSuiteSplit", "TestHardwareClassification", "TestTorchWindow"}, classes

@@ -13,6 +13,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from openreg_conformance import HW
+
 
 def close(got, want, **kw):
     torch.testing.assert_close(got.cpu(), want, **kw)
@@ -20,6 +22,8 @@ def close(got, want, **kw):
 
 @pytest.mark.device
 class TestDevice:
+    hw_classification = HW.ACCELERATOR
+
     def test_device_strings(self, device):
         """torch.device("<name>:0") parses to the backend's device type and index."""
         d = torch.device(f"{device}:0")
@@ -63,6 +67,8 @@ class TestDevice:
 
 @pytest.mark.memory
 class TestMemory:
+    hw_classification = HW.ACCELERATOR
+
     def test_allocated_follows_tensors(self, device, device_module):
         """memory_allocated() grows by a tensor's (rounded) size and returns when it is freed."""
         device_module.synchronize()
@@ -94,6 +100,8 @@ class TestMemory:
 
 @pytest.mark.streams
 class TestStreams:
+    hw_classification = HW.ACCELERATOR
+
     def test_stream_context(self, device, device_module):
         """with torch.Stream(...) makes it the current stream (torch.accelerator.current_stream)."""
         s = torch.Stream(device=device)
@@ -148,6 +156,8 @@ class TestStreams:
 
 @pytest.mark.ops
 class TestOperators:
+    hw_classification = HW.ACCELERATOR
+
     @settings(max_examples=10, deadline=None)
     @given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3),
            scalar=st.floats(-2, 2, allow_nan=False))
@@ -181,6 +191,8 @@ class TestOperators:
 
 @pytest.mark.autograd
 class TestAutograd:
+    hw_classification = HW.ACCELERATOR
+
     def test_gradients_match_the_cpu(self, device):
         """backward() on the device gives the CPU's gradients, on the device."""
         torch.manual_seed(0)
@@ -215,6 +227,8 @@ class TestAutograd:
 
 @pytest.mark.amp
 class TestAutocast:
+    hw_classification = HW.ACCELERATOR
+
     def test_autocast_lowers_matmul(self, device):
         """torch.autocast(device_type) runs matmul in the lower precision and keeps sums in float32."""
         a = torch.randn(4, 4, device=device)
@@ -231,6 +245,8 @@ class TestAutocast:
 
 @pytest.mark.rng
 class TestRandom:
+    hw_classification = HW.ACCELERATOR
+
     def test_manual_seed_reproduces(self, device):
         """torch.manual_seed seeds the device: the same seed gives the same numbers."""
         torch.manual_seed(7)
@@ -260,6 +276,8 @@ class TestRandom:
 
 @pytest.mark.serialization
 class TestSerialization:
+    hw_classification = HW.ACCELERATOR
+
     def test_save_load_keeps_the_device(self, device):
         """torch.save/torch.load of device tensors restores them on the device."""
         x = torch.arange(6.0, device=device)
@@ -279,6 +297,8 @@ class TestSerialization:
 
 @pytest.mark.profiler
 class TestProfiler:
+    hw_classification = HW.ACCELERATOR
+
     def test_device_activity(self, device, device_module):
         """torch.profiler with ProfilerActivity.PrivateUse1 records device events."""
         from torch.profiler import ProfilerActivity, profile
@@ -295,6 +315,8 @@ class TestProfiler:
 
 @pytest.mark.distributed
 class TestDistributed:
+    hw_classification = HW.ACCELERATOR
+
     def test_collectives_on_the_device(self, device, dist_backend):
         """init_process_group(<backend>) runs collectives on device tensors (a world of one)."""
         import datetime
@@ -321,6 +343,8 @@ class TestDistributed:
 
 @pytest.mark.compile
 class TestCompile:
+    hw_classification = HW.ACCELERATOR
+
     def test_compiled_matches_eager(self, device):
         """torch.compile of a function on device tensors gives eager's results."""
         f = torch.compile(lambda a, b: (a * b + 1).relu().sum(1))
@@ -330,6 +354,8 @@ class TestCompile:
 
 @pytest.mark.graphs
 class TestGraphs:
+    hw_classification = HW.ACCELERATOR
+
     def test_capture_and_replay(self, device):
         """torch.accelerator.Graph captures work on a side stream and replays it."""
         try:

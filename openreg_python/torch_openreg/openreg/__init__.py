@@ -266,9 +266,16 @@ def __getattr__(name: str) -> Any:
     # (torch.openreg.Scheduling, .PythonWrapperCodegen, .CppWrapperCodegen,
     # .WrapperFxCodegen); answering loads torch_openreg.inductor only then.
     from ..inductor import INDUCTOR_ATTRS, inductor_attr
+    from ..torch_gates import INDUCTOR_BACKEND_INIT
 
     if name in INDUCTOR_ATTRS:
         return inductor_attr(name)
+    if name == "_inductor_backend_init" and INDUCTOR_BACKEND_INIT:
+        # 2.15's official hook (gap 16 fixed): Inductor calls it and the
+        # backend registers itself, with its per-device config.
+        from ..inductor import register_inductor
+
+        return register_inductor
     raise AttributeError(f"module 'torch.openreg' has no attribute {name!r}")
 
 

@@ -1,0 +1,20 @@
+#pragma once
+// Every difference between the supported PyTorch releases on the C++ side, in
+// one place (the Python twin: torch_openreg/torch_gates.py; the window:
+// torch-releases.txt). Code asks `#if OPENREG_GATE_<NAME>`, never
+// TORCH_VERSION_*. Each gate names the PyTorch change and the release that
+// brought it; when the oldest supported release has it, the gate and the code
+// for the releases before it go (tests/docs/test_torch_gates.py fails on a dead
+// gate). Vendor: keep this file; your gates are the same PyTorch changes.
+//
+// Header-only and light: it may be included anywhere, torch-free code excepted.
+
+#include <torch/headeronly/version.h>
+
+#define OPENREG_TORCH_RELEASE(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define OPENREG_TORCH_AT_LEAST(major, minor, patch)                                  \
+  (OPENREG_TORCH_RELEASE(TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH) >= \
+   OPENREG_TORCH_RELEASE(major, minor, patch))
+
+// [docs:cpp-torch-gates]
+// [docs:cpp-torch-gates:end]

@@ -1,0 +1,136 @@
+"""The supported torch releases and the version gates (docs/upgrading.md).
+
+The window is declared once (torch-releases.txt); every difference between its
+releases is a gate in torch_openreg/torch_gates.py or csrc/TorchGates.h that
+names the PyTorch change and dies when the oldest release has it; the gap table
+of docs/pytorch-gaps.md has a column per release that agrees with the gates.
+"""
+
+import pathlib
+import re
+
+import pytest
+
+from tests._subprocess import REPO
+from tests.target import HW, gates
+
+# openreg's own tree and docs (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
+ROOT = pathlib.Path(REPO)
+CPP_GATES = ROOT / "openreg_python" / "csrc" / "TorchGates.h"
+
+
+def cpp_gates():
+    """``OPENREG_GATE_<NAME>`` definitions: name -> (major, minor, patch)."""
+    text = CPP_GATES.read_text()
+    return {m.group(1): (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+            for m in re.finditer(r"#define OPENREG_GATE_(\w+) OPENREG_TORCH_AT_LEAST\((\d+), "
+                                 r"(\d+), (\d+)\)", text)}
+
+
+def gap_table():
+    """docs/pytorch-gaps.md's table: gap number -> {release column: cell}."""
+    text = (ROOT / "docs" / "pytorch-gaps.md").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not cells[0].isdigit():
+            continue
+        rows[int(cells[0])] = dict(zip(header, cells))
+    return header, rows
+
+
+@pytest.mark.docs
+class TestTorchWindow:
+    hw_classification = HW.GENERIC
+
+    def test_three_releases_newest_first(self):
+        g = gates()
+        assert len(g.WINDOW) == 3 and list(g.WINDOW) == sorted(g.WINDOW, reverse=True)
+        assert len({rel[:2] for rel in g.WINDOW}) == 3, "one patch release per minor release"
+
+    def test_the_running_torch_is_in_the_window(self):
+        g = gates()
+        assert g.TORCH in g.WINDOW, (g.TORCH, g.WINDOW)
+
+    def test_pyproject_admits_exactly_the_window(self):
+        g = gates()
+        text = (ROOT / "pyproject.toml").read_text()
+        for key in ("dependencies", "requires"):
+            spec = re.search(rf'^{key} = \[.*"torch>=([\d.]+),<([\d.]+)"', text, re.M)
+            assert spec, f"pyproject.toml's {key} names the window's range"
+            low, high = g.release(spec.group(1)), g.release(spec.group(2))
+            assert low == g.OLDEST and high[:2] == (g.WINDOW[0][0], g.WINDOW[0][1] + 1)
+        # The only exact pins of torch are the window's (torch-releases.txt).
+        for path in ("requirements-dev.txt", "pyproject.toml", "Makefile"):
+            assert not re.search(r"torch==\d", (ROOT / path).read_text()), path
+
+    def test_python_gates_are_live(self):
+        g = gates()
+        assert g.GATES, "torch_gates.GATES is empty"
+        for name, gate in g.GATES.items():
+            assert gate.change, name
+            # A gate whose change the oldest release has is dead: delete it
+            # and the code for the releases before it.
+            assert g.OLDEST < gate.since <= g.WINDOW[0], (name, gate.since, g.OLDEST)
+
+    def test_cpp_gates_are_live(self):
+        g = gates()
+        found = cpp_gates()
+        text = CPP_GATES.read_text()
+        for name, since in found.items():
+            assert g.OLDEST < since <= g.WINDOW[0], (name, since, g.OLDEST)
+            # Each names its PyTorch change in the comment right above it.
+            block = text[:text.index(f"#define OPENREG_GATE_{name} ")].rsplit("\n\n", 1)[-1]
+            assert "PyTorch" in block or "pytorch" in block, (name, block)
+
+    def test_no_version_checks_outside_the_gates(self):
+        # Every difference between releases is asked of the gates, never of
+        # torch.__version__ or TORCH_VERSION_* directly.
+        allowed = {"openreg_python/torch_openreg/torch_gates.py",
+                   "openreg_python/csrc/TorchGates.h"}
+        py = re.compile(r"__version__\s*[<>=!]=?|[<>=!]=?\s*torch\.__version__|TorchVersion\(|"
+                        r"packaging\.version|torch\.version\.__version__\s*[<>=]")
+        cpp = re.compile(r"\bTORCH_VERSION_(MAJOR|MINOR|PATCH)\b")
+        offenders = []
+        for folder in ("openreg_python", "inductor_backend", "occl", "profiler", "openreg_runtime",
+                       "tools", "tests", "benchmarks", "examples"):
+            for path in (ROOT / folder).rglob("*"):
+                rel = str(path.relative_to(ROOT))
+                if rel in allowed or not path.is_file() or "__pycache__" in rel:
+                    continue
+                if path.suffix == ".py" and rel != "tests/docs/test_torch_gates.py":
+                    pattern = py
+                elif path.suffix in (".h", ".cpp", ".hpp", ".cc"):
+                    pattern = cpp
+                else:
+                    continue
+                for i, line in enumerate(path.read_text().splitlines(), 1):
+                    if pattern.search(line):
+                        offenders.append(f"{rel}:{i}: {line.strip()}")
+        assert not offenders, "version checks outside the gates:\n" + "\n".join(offenders)
+
+    def test_gap_table_has_a_column_per_release(self):
+        g = gates()
+        header, rows = gap_table()
+        columns = [g.fmt(rel) for rel in sorted(g.WINDOW)]
+        assert all(c in header for c in columns), (header, columns)
+        assert rows, "no gap rows"
+        for number, row in rows.items():
+            for rel in sorted(g.WINDOW):
+                want = "gap" if g.has_gap(number, rel) else "fixed"
+                assert row[g.fmt(rel)].startswith(want), (number, g.fmt(rel), row[g.fmt(rel)], want)
+        for number in list(g.GAPS_FIXED_IN) + list(g.GAPS_NEW_IN):
+            assert number in rows, f"gap {number} of torch_gates is not in the table"
+
+    def test_each_gap_entry_says_which_releases_have_it(self):
+        g = gates()
+        text = (ROOT / "docs" / "pytorch-gaps.md").read_text()
+        for number in g.GAPS_FIXED_IN:
+            entry = re.search(rf"^### {number}\. .*?(?=^### |\Z)", text, re.M | re.S)
+            assert entry, number
+            fixed = g.fmt(g.GAPS_FIXED_IN[number])
+            assert f"fixed in {fixed}" in entry.group(0), (number, fixed)
