@@ -191,6 +191,49 @@ class TestScaffoldUpdate:
         assert "# Upstream's new title\n>>>>>>> upstream" in readme
         assert (tree / "SCAFFOLDED_FROM.json").read_text() == before
 
+    def test_a_change_of_the_torch_window_reaches_the_vendor(self, upstream):
+        # Upstream adds a release and drops the oldest (docs/upgrading.md's
+        # checklist: the window, pyproject's range, a gate); the vendor added a
+        # gate of their own. The update brings the window and the gate, keeps
+        # the vendor's, and the tree's make targets follow the new window.
+        src, tree = upstream
+        gates_src = src / "openreg_python/torch_openreg/torch_gates.py"
+        gates_foo = tree / "foo_python/torch_foo/torch_gates.py"
+        gates_foo.write_text(gates_foo.read_text() + "\n# vendor: a gate of the foo SDK\n")
+        git("commit", "-qam", "vendor gate", cwd=tree)
+
+        releases = (src / "torch-releases.txt").read_text()
+        window = [v for v in releases.splitlines() if v and not v.startswith("#")]
+        newest = "%s.%d.0" % (window[0].rsplit(".", 2)[0], int(window[0].split(".")[1]) + 1)
+        new_window = [newest] + window[:-1]
+        (src / "torch-releases.txt").write_text(
+            releases.replace("\n".join(window), "\n".join(new_window)))
+        gates_src.write_text(gates_src.read_text().replace(
+            "# [docs:torch-gates:end]",
+            f"#: upstream: a gate of torch {newest} (torch_openreg names it)\n"
+            "# [docs:torch-gates:end]"))
+        git("commit", "-qam", "upstream: torch window", cwd=src)
+
+        r = scaffold("update", "--to", "HEAD", cwd=tree)
+        assert r.returncode == 0, r.stdout + r.stderr
+        got = [v for v in (tree / "torch-releases.txt").read_text().splitlines()
+               if v and not v.startswith("#")]
+        assert got == new_window
+        gates = gates_foo.read_text()
+        assert f"a gate of torch {newest} (torch_foo names it)" in gates
+        assert "# vendor: a gate of the foo SDK" in gates
+        # The tree's make targets take the new window: the newest by default, a
+        # venv and build directory per release, the dropped release refused.
+        r = subprocess.run(["make", "-n", "build"], cwd=tree, capture_output=True, text=True,
+                           timeout=60)
+        assert f".venv/{newest}/bin/pip" in r.stdout and f"build/torch-{newest}" in r.stdout, r
+        r = subprocess.run(["make", "-n", "build", f"TORCH={window[1]}"], cwd=tree,
+                           capture_output=True, text=True, timeout=60)
+        assert f"build-dir=build/torch-{window[1]}" in r.stdout, r
+        r = subprocess.run(["make", "-n", "build", f"TORCH={window[-1]}"], cwd=tree,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "is not a supported release" in r.stderr, r
+
     def test_update_outside_a_generated_tree(self, tmp_path):
         r = scaffold("update", "--to", "HEAD", cwd=tmp_path)
         assert r.returncode == 2 and "no SCAFFOLDED_FROM.json" in r.stderr
