@@ -30,31 +30,19 @@ cuda_backend: str = "cpp"
 # [docs:device-config:end]
 
 # Inductor's FX graph cache key covers torch and its config, not this
-# package's code generators: the hash of our sources (and of the headers the
-# C++ wrapper includes) goes into the key through
-# this value, so a changed backend never reuses stale compiled graphs. The
-# installed location goes in too: a C++-wrapper graph compiles against this
-# installation's include and library folders (absolute paths), and the cache
-# (/tmp/torchinductor_<user> by default) is shared by every installation of
-# the same user; a graph cached by a deleted one failed to compile.
+# package's code generators (gap 22): before 2.15 the hash of our sources goes
+# into the key through this value, so a changed backend never reuses stale
+# compiled graphs (source_hash.py). From 2.15 the device interface's
+# get_cache_system_info() carries it, the official hook, and this stays empty.
 backend_source_hash: str = ""
-
-import hashlib  # noqa: E402
-import pathlib  # noqa: E402
 
 from torch.utils._config_module import install_config_module  # noqa: E402
 
+from ..torch_gates import has_gap  # noqa: E402
+from .source_hash import source_hash  # noqa: E402
 
-
-def _source_hash() -> str:
-    here = pathlib.Path(__file__).parent
-    # The headers are those the C++ wrapper includes (cpp_wrapper=True).
-    files = sorted([*here.glob("*.py"), *here.glob("include/*.h")])
-    location = str(here.resolve()).encode()
-    return hashlib.sha256(location + b"".join(p.read_bytes() for p in files)).hexdigest()[:16]
-
-
-backend_source_hash = _source_hash()
-del _source_hash  # a config module holds settings only
+if has_gap(22):
+    backend_source_hash = source_hash()
+del has_gap, source_hash  # a config module holds settings only
 
 install_config_module(sys.modules[__name__])

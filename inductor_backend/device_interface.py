@@ -101,6 +101,15 @@ class OpenRegInterface(DeviceInterface):
     def get_device_properties(device: torch.types.Device = None) -> Any:
         return _openreg.get_device_properties(device)
 
+    @classmethod
+    def get_cache_system_info(cls) -> dict[str, object] | None:
+        # From 2.15, Inductor puts this into the FX graph cache key (gap 22
+        # fixed by the hook; earlier releases never call it and the key gets
+        # the hash through config.py instead).
+        from .source_hash import source_hash
+
+        return {"backend_source_hash": source_hash()}
+
     @staticmethod
     def get_compute_capability(device: torch.types.Device = None) -> int:
         # Part of Inductor's cache key (codecache.py), as for CUDA.

@@ -102,6 +102,12 @@ def _gate(name, since, change) -> Gate:
 HW_CLASSIFICATION = _gate("HW_CLASSIFICATION", (2, 14, 0),
                           "HardwareClassification in torch.testing._internal.common_utils (2.14)")
 
+#: torch.accelerator.random (initial_seed, get_rng_state, get_rng_state_all):
+#: the current accelerator's generator through the device-generic API, which
+#: reaches a PrivateUse1 backend through its generator hooks. 2.14:
+#: torch/accelerator/random.py.
+ACCELERATOR_RANDOM = _gate("ACCELERATOR_RANDOM", (2, 14, 0),
+                           "torch.accelerator.random (2.14)")
 #: Inductor's PrivateUse1 hook calls the device module's
 #: ``_inductor_backend_init()``, which registers the backend itself (with its
 #: device_custom_config); before, the hook registered the module's Scheduling
@@ -142,6 +148,7 @@ GAPS_FIXED_IN: dict[int, tuple[int, int, int]] = {
     11: (2, 15, 0),  # emptyHostCache returns when no host allocator is registered
     16: (2, 15, 0),  # the device module's _inductor_backend_init hook
     21: (2, 15, 0),  # cpp_utils.device_to_aten asks DeviceOpOverrides.aten_device_type()
+    22: (2, 15, 0),  # DeviceInterface.get_cache_system_info() goes into the FX cache key
 }
 #: gap number -> the first release of the window that has it (a new gap).
 GAPS_NEW_IN: dict[int, tuple[int, int, int]] = {

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tests._subprocess import run_python
-from tests.target import HW
+from tests.target import HW, gates
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -131,3 +131,24 @@ class TestDebugBackend:
         inner = info.value.inner_exception
         assert isinstance(inner, UnsupportedDeviceError)
         assert "placeholder 'l_t_' is a FakeTensor on meta; only openreg and cpu" in str(inner)
+
+
+@pytest.mark.compile
+class TestCacheKey:
+    hw_classification = HW.ACCELERATOR
+
+    def test_the_backend_source_hash_reaches_the_fx_graph_cache_key(self):
+        # Gap 22: through the per-device config before 2.15, through the device
+        # interface's get_cache_system_info() (the official hook) from 2.15.
+        import torch._dynamo  # noqa: F401  (registers the device interface)
+        from torch_openreg.inductor import config
+        from torch_openreg.inductor.source_hash import source_hash
+
+        if gates().has_gap(22):
+            assert config.backend_source_hash == source_hash()
+            return
+        from torch._inductor.codecache import CacheBase
+
+        assert config.backend_source_hash == ""
+        system = CacheBase.get_system()
+        assert system["device_interfaces"]["openreg"] == {"backend_source_hash": source_hash()}

@@ -160,6 +160,31 @@ class TestState:
 
 
 @pytest.mark.ops
+class TestAcceleratorRandom:
+    """torch.accelerator.random (2.14 on): the device's generator through the
+    device-generic API, the same state as the device module's."""
+
+    hw_classification = HW.ACCELERATOR
+
+    def test_state_and_seed_agree_with_the_device_module(self):
+        if not target.gates().ACCELERATOR_RANDOM:
+            pytest.skip(f"torch {torch.__version__} has no torch.accelerator.random (2.14 on)")
+        import torch.accelerator.random as acc_random
+
+        target.device_module.manual_seed(1234)
+        assert acc_random.initial_seed() == target.device_module.initial_seed() == 1234
+        state = acc_random.get_rng_state()
+        assert torch.equal(state, target.device_module.get_rng_state())
+        a = torch.rand(100, device=DEVICE)
+        target.device_module.set_rng_state(state)
+        assert torch.equal(torch.rand(100, device=DEVICE).cpu(), a.cpu())
+        states = acc_random.get_rng_state_all()
+        assert len(states) == target.device_module.device_count()
+        assert all(torch.equal(s, t) for s, t in
+                   zip(states, target.device_module.get_rng_state_all()))
+
+
+@pytest.mark.ops
 @pytest.mark.smoke
 @pytest.mark.openreg_only  # openreg's Philox stream rule (docs/rng.md)
 class TestStreamRule:
