@@ -208,10 +208,9 @@ class TestScaffoldUpdate:
         new_window = [newest] + window[:-1]
         (src / "torch-releases.txt").write_text(
             releases.replace("\n".join(window), "\n".join(new_window)))
+        end = "# [docs:" + "torch-gates:end]"  # split: not a marker of this file
         gates_src.write_text(gates_src.read_text().replace(
-            "# [docs:torch-gates:end]",
-            f"#: upstream: a gate of torch {newest} (torch_openreg names it)\n"
-            "# [docs:torch-gates:end]"))
+            end, f"#: upstream: a gate of torch {newest} (torch_openreg names it)\n{end}"))
         git("commit", "-qam", "upstream: torch window", cwd=src)
 
         r = scaffold("update", "--to", "HEAD", cwd=tree)
