@@ -33,12 +33,14 @@ GATES_PACKAGE = "torch_openreg"
 
 def gates():
     """The backend's version gates module, loaded by path: importing its package
-    would register the backend, which a run against another device must not do."""
+    would register the backend, which a run against another device must not do.
+    It is registered as a module of this package, not of the backend's, so that
+    a run against another device loads nothing of the backend's name."""
     import importlib.util
     import os
     import sys
 
-    name = f"{GATES_PACKAGE}.torch_gates"
+    name = f"{__name__}._torch_gates"
     module = sys.modules.get(name)
     if module is None:
         package = importlib.util.find_spec(GATES_PACKAGE)  # locates, does not import
