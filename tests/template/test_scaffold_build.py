@@ -12,7 +12,7 @@ import sysconfig
 import pytest
 
 from tests.template.test_scaffold import ROOT, leftovers, scaffold
-from tests.target import HW
+from tests.target import HW, gates
 
 # openreg's own internals and tools (tests/target.py)
 pytestmark = pytest.mark.openreg_only
@@ -70,7 +70,9 @@ class TestScaffoldedBackend:
         (venv / ".deps-stamp").touch()
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("OPENREG_", "PYTEST_", "PYTHONPATH"))}
-        make = ["make", f"VENV={venv}"]
+        # The release of the running torch: foo's build directory is named after it.
+        release = gates().fmt(gates().TORCH)
+        make = ["make", f"VENV={venv}", f"TORCH={release}"]
 
         r = run(make + ["build"], tree, env, BUILD_TIMEOUT)
         assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
