@@ -16,4 +16,7 @@
   (OPENREG_TORCH_RELEASE(TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH) >= \
    OPENREG_TORCH_RELEASE(major, minor, patch))
 
-// Gates: none today (the glue compiles unchanged against the whole window).
+// PyTorch 2.14 puts linalg_matrix_sqrth on CUDA's fp32 autocast list
+// (aten/src/ATen/autocast_mode.cpp; CPU's has it too): openreg registers CUDA's
+// policy, so it does from 2.14 (csrc/aten/Autocast.cpp).
+#define OPENREG_GATE_AUTOCAST_MATRIX_SQRTH OPENREG_TORCH_AT_LEAST(2, 14, 0)

@@ -22,6 +22,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 
+#include "TorchGates.h"
+
 namespace torch_openreg {
 namespace {
 
@@ -85,6 +87,9 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   // cat and stack are not listed (for CUDA either): they promote natively.
 #define OPENREG_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
   AT_FORALL_PROMOTE(OPENREG_PROMOTE)
+#if OPENREG_GATE_AUTOCAST_MATRIX_SQRTH
+  KERNEL_PRIVATEUSEONE(linalg_matrix_sqrth, fp32)
+#endif
 
   m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"),
          TORCH_FN(binary_cross_entropy_banned));
