@@ -10,8 +10,9 @@ side's twin is ``openreg_python/csrc/TorchGates.h``. Adding a release and
 dropping the oldest: ``docs/upgrading.md``.
 
 This module imports nothing from ``torch_openreg``: the test suite and the
-conformance suite load it by path (``load()``), without registering the
-backend, to read the hardware classification and the gaps per release.
+conformance suite load it by path (``tests.target.gates()``,
+``openreg_conformance.gates()``), without registering the backend, to read the
+hardware classification and the gaps per release.
 
 Vendor: keep this file; your gates are the same PyTorch changes.
 """
@@ -97,8 +98,9 @@ def _gate(name, since, change) -> Gate:
 # [docs:torch-gates]
 #: torch.testing._internal.common_utils.HardwareClassification: the
 #: hw_classification attribute of test classes and --hw-classification
-#: selection (PyTorch's Accelerator Integration WG; 2.14 release notes,
-#: "Testing"). Older releases: the same enum and filter, below.
+#: selection (the Accelerator Integration WG's test classification; 2.14:
+#: torch/testing/_internal/common_utils.py). Older releases: the same enum and
+#: filter, below.
 HW_CLASSIFICATION = _gate("HW_CLASSIFICATION", (2, 14, 0),
                           "HardwareClassification in torch.testing._internal.common_utils (2.14)")
 
