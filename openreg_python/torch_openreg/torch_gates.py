@@ -80,11 +80,6 @@ class Gate:
     def __bool__(self) -> bool:
         return TORCH >= self.since
 
-    @property
-    def deletable_from(self) -> str:
-        """When the oldest supported release reaches ``since``, the gate goes."""
-        return fmt(self.since)
-
 
 GATES: dict[str, Gate] = {}
 
