@@ -39,6 +39,20 @@ def child_env(env: dict = None, clean_openreg_env: bool = False) -> dict:
     return full_env
 
 
+# What an outer `make` (CI's `make test TORCH=2.13.0`) hands down to every
+# process under it: its command-line variables travel in MAKEFLAGS and would
+# override the defaults of a `make` that a test runs in another tree.
+MAKE_VARS = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT",
+             "MAKE_TERMERR", "TORCH", "VENV", "BUILD_DIR", "PYTEST_ARGS")
+
+
+def make_env(env: dict = None) -> dict:
+    """An environment for a test's own ``make``: this process's (or ``env``),
+    without what an outer ``make`` passed down."""
+    return {k: v for k, v in (os.environ if env is None else env).items()
+            if k not in MAKE_VARS}
+
+
 def run_python(code: str, *, timeout: float, env: dict = None,
                clean_openreg_env: bool = False) -> subprocess.CompletedProcess:
     """Run ``code`` with ``python -c`` in the repository root and capture its output.

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests._subprocess import REPO
+from tests._subprocess import REPO, make_env
 from tests.target import HW
 
 # openreg's own internals and tools (tests/target.py)
@@ -224,13 +224,13 @@ class TestScaffoldUpdate:
         # The tree's make targets take the new window: the newest by default, a
         # venv and build directory per release, the dropped release refused.
         r = subprocess.run(["make", "-n", "build"], cwd=tree, capture_output=True, text=True,
-                           timeout=60)
+                           timeout=60, env=make_env())
         assert f".venv/{newest}/bin/pip" in r.stdout and f"build/torch-{newest}" in r.stdout, r
         r = subprocess.run(["make", "-n", "build", f"TORCH={window[1]}"], cwd=tree,
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60, env=make_env())
         assert f"build-dir=build/torch-{window[1]}" in r.stdout, r
         r = subprocess.run(["make", "-n", "build", f"TORCH={window[-1]}"], cwd=tree,
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60, env=make_env())
         assert r.returncode != 0 and "is not a supported release" in r.stderr, r
 
     def test_update_outside_a_generated_tree(self, tmp_path):

@@ -11,6 +11,7 @@ import sysconfig
 
 import pytest
 
+from tests._subprocess import make_env
 from tests.template.test_scaffold import ROOT, leftovers, scaffold
 from tests.target import HW, gates
 
@@ -68,7 +69,7 @@ class TestScaffoldedBackend:
         site = isolated_venv(venv)
         # The venv is ready: its dependencies are this venv's (no download).
         (venv / ".deps-stamp").touch()
-        env = {k: v for k, v in os.environ.items()
+        env = {k: v for k, v in make_env().items()
                if not k.startswith(("OPENREG_", "PYTEST_", "PYTHONPATH"))}
         # The release of the running torch: foo's build directory is named after it.
         release = gates().fmt(gates().TORCH)
