@@ -2,6 +2,8 @@
 the CPU math path, dropout reproducibility and statistics, backend selection
 and errors."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -150,13 +152,23 @@ class TestSDPAMatchesCPU:
 
     @pytest.mark.openreg_only  # openreg's kernel accepts a mask with is_causal
     def test_mask_and_causal_combine(self):
-        # The math path refuses both at once; openreg applies both (as the
-        # CPU's flash kernel does): equal to math with the combined mask.
-        q, k, v = qkv(L=6, S=6)
+        # Inputs the CPU's flash kernel takes (Ev == E). Up to torch 2.14 it
+        # applies both the mask and causality (the math path refuses both at
+        # once), and so does openreg: equal to math with the combined mask.
+        # From 2.15 PyTorch's frontend refuses both at once on every device,
+        # and openreg fails as the CPU does.
+        q, k, v = qkv(L=6, S=6, Ev=8)
         mask = torch.rand(6, 6, generator=torch.Generator().manual_seed(3)) > 0.2
+        dev_args = [t.to(DEV) for t in (q, k, v)]
+        try:
+            on_cpu = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)
+        except RuntimeError as refused:
+            with pytest.raises(RuntimeError, match=re.escape(str(refused).splitlines()[0])):
+                F.scaled_dot_product_attention(*dev_args, attn_mask=mask.to(DEV), is_causal=True)
+            return
         expected = cpu_math(q, k, v, attn_mask=mask & torch.ones(6, 6, dtype=torch.bool).tril())
-        got = F.scaled_dot_product_attention(*(t.to(DEV) for t in (q, k, v)),
-                                             attn_mask=mask.to(DEV), is_causal=True)
+        torch.testing.assert_close(on_cpu, expected)
+        got = F.scaled_dot_product_attention(*dev_args, attn_mask=mask.to(DEV), is_causal=True)
         torch.testing.assert_close(got.cpu(), expected)
 
     def test_three_dimensional_inputs(self):
