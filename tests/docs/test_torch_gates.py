@@ -6,6 +6,8 @@ names the PyTorch change and dies when the oldest release has it; the gap table
 of docs/pytorch-gaps.md has a column per release that agrees with the gates.
 """
 
+import importlib.metadata
+import importlib.util
 import pathlib
 import re
 
@@ -56,17 +58,73 @@ class TestTorchWindow:
         g = gates()
         assert g.TORCH in g.WINDOW, (g.TORCH, g.WINDOW)
 
-    def test_pyproject_admits_exactly_the_window(self):
-        g = gates()
-        text = (ROOT / "pyproject.toml").read_text()
-        for key in ("dependencies", "requires"):
-            spec = re.search(rf'^{key} = \[.*"torch>=([\d.]+),<([\d.]+)"', text, re.M)
-            assert spec, f"pyproject.toml's {key} names the window's range"
-            low, high = g.release(spec.group(1)), g.release(spec.group(2))
-            assert low == g.OLDEST and high[:2] == (g.WINDOW[0][0], g.WINDOW[0][1] + 1)
-        # The only exact pins of torch are the window's (torch-releases.txt).
+    def test_no_other_file_pins_torch(self):
+        # torch-releases.txt is the one place: pyproject.toml's torch
+        # requirement comes from it (tools/torch_pin.py), as does the venv's.
         for path in ("requirements-dev.txt", "pyproject.toml", "Makefile"):
-            assert not re.search(r"torch==\d", (ROOT / path).read_text()), path
+            assert not re.search(r"\btorch\s*(==|>=|<=|~=|!=|<|>)\s*\d", (ROOT / path).read_text()), path
+        pyproject = (ROOT / "pyproject.toml").read_text()
+        assert re.search(r'^dynamic = \["dependencies"\]', pyproject, re.M)
+        assert re.search(r'^\[\[tool\.dynamic-metadata\]\]\nprovider = \{ path = "tools", '
+                         r'module = "torch_pin" \}\nfield = "dependencies"$', pyproject, re.M)
+
+    def test_the_installed_package_requires_the_torch_it_was_built_against(self):
+        g = gates()
+        requires = importlib.metadata.requires("torch_openreg")
+        assert f"torch=={g.fmt(g.TORCH)}" in requires, requires
+
+
+def torch_pin():
+    """tools/torch_pin.py, loaded by path (it is a build-time module, not a package)."""
+    spec = importlib.util.spec_from_file_location("torch_pin", ROOT / "tools" / "torch_pin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.docs
+class TestTorchPin:
+    """The build's torch requirement, torch==<release>, from the window."""
+
+    hw_classification = HW.GENERIC
+
+    def test_the_window_is_read_from_torch_releases(self):
+        pin, g = torch_pin(), gates()
+        assert pin.window() == [g.fmt(r) for r in g.WINDOW]
+
+    def test_an_isolated_build_requires_the_newest_or_the_named_release(self):
+        pin = torch_pin()
+        window = pin.window()
+        assert pin.requested({}, window) == window[0]
+        assert pin.requested({"TORCH": window[-1]}, window) == window[-1]
+        assert pin.get_requires_for_dynamic_metadata({}) == [f"torch=={pin.requested()}"]
+
+    def test_a_release_outside_the_window_is_refused_by_name(self):
+        pin = torch_pin()
+        window = pin.window()
+        with pytest.raises(pin.TorchReleaseError,
+                           match=r"TORCH is torch 2\.9\.1, which torch_openreg does not support: "
+                                 r"the supported releases are " + re.escape(", ".join(window))):
+            pin.requested({"TORCH": "2.9.1"}, window)
+        with pytest.raises(pin.TorchReleaseError, match=r"the installed torch is torch 2\.99\.0\+cpu"):
+            pin.installed(window, version="2.99.0+cpu")
+
+    def test_a_local_version_label_is_not_part_of_the_release(self):
+        pin = torch_pin()
+        window = pin.window()
+        assert pin.installed(window, version=window[-1] + "+cpu") == window[-1]
+
+    def test_a_range_in_the_window_file_is_refused(self, tmp_path):
+        pin = torch_pin()
+        bad = tmp_path / "torch-releases.txt"
+        bad.write_text("# newest first\n2.15.0\n>=2.13\n")
+        with pytest.raises(pin.TorchReleaseError, match=r"'>=2.13' is not an exact release"):
+            pin.window(bad)
+
+
+@pytest.mark.docs
+class TestTorchGates:
+    hw_classification = HW.GENERIC
 
     def test_python_gates_are_live(self):
         g = gates()

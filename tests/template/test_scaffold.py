@@ -193,7 +193,7 @@ class TestScaffoldUpdate:
 
     def test_a_change_of_the_torch_window_reaches_the_vendor(self, upstream):
         # Upstream adds a release and drops the oldest (docs/upgrading.md's
-        # checklist: the window, pyproject's range, a gate); the vendor added a
+        # checklist: the window, a gate); the vendor added a
         # gate of their own. The update brings the window and the gate, keeps
         # the vendor's, and the tree's make targets follow the new window.
         src, tree = upstream
