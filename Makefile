@@ -89,13 +89,20 @@ define sanitizer_build
 	$(CMAKE) --install build-$(1) --prefix build-$(1)/install > /dev/null
 endef
 
-check-asan: venv
+# build-asan and build-tsan only build (CI builds them while the suite runs);
+# check-asan and check-tsan build (incrementally) and run the tests.
+.PHONY: build-asan build-tsan
+build-asan: venv
 	$(call sanitizer_build,asan,address;undefined)
+
+build-tsan: venv
+	$(call sanitizer_build,tsan,thread)
+
+check-asan: build-asan
 	$(PY) tools/sanitizers/run.py asan build-asan -- \
 	  $(PY) -m pytest $(SAN_TESTS) -s -p no:cacheprovider $(PYTEST_ARGS)
 
-check-tsan: venv
-	$(call sanitizer_build,tsan,thread)
+check-tsan: build-tsan
 	$(PY) tools/sanitizers/run.py tsan build-tsan -- \
 	  $(PY) -m pytest $(SAN_TESTS) -s -p no:cacheprovider $(PYTEST_ARGS)
 
