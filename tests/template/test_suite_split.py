@@ -219,4 +219,5 @@ class TestHardwareClassification:
         classes = {line.split("::")[1] for line in r.stdout.splitlines() if "::" in line}
         assert classes == {"TestSnippets", "TestRoute", "TestBuild", "TestDocstrings",
                            "TestInBrowser", "TestScaffoldNew", "TestScaffoldUpdate",
-                           "TestSuiteSplit", "TestHardwareClassification", "TestTorchWindow"}, classes
+                           "TestSuiteSplit", "TestHardwareClassification", "TestTorchWindow",
+                           "TestTorchPin", "TestTorchGates"}, classes
