@@ -46,11 +46,10 @@ MAKE_VARS = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT"
              "MAKE_TERMERR", "TORCH", "VENV", "BUILD_DIR", "PYTEST_ARGS")
 
 
-def make_env(env: dict = None) -> dict:
-    """An environment for a test's own ``make``: this process's (or ``env``),
-    without what an outer ``make`` passed down."""
-    return {k: v for k, v in (os.environ if env is None else env).items()
-            if k not in MAKE_VARS}
+def make_env() -> dict:
+    """An environment for a test's own ``make``: this process's, without what
+    an outer ``make`` passed down."""
+    return {k: v for k, v in os.environ.items() if k not in MAKE_VARS}
 
 
 def run_python(code: str, *, timeout: float, env: dict = None,
