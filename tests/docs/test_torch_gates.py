@@ -114,6 +114,17 @@ class TestTorchPin:
         window = pin.window()
         assert pin.installed(window, version=window[-1] + "+cpu") == window[-1]
 
+    def test_an_sdist_names_the_requested_release_and_says_wheels_differ(self, monkeypatch):
+        # An sdist is built without torch: it cannot ask the installed one.
+        pin = torch_pin()
+        other = next(r for r in pin.window() if r != pin.installed())
+        monkeypatch.setenv("TORCH", other)
+        pin.build_state("sdist")
+        assert pin.dynamic_metadata({}, {}) == {"dependencies": [f"torch=={other}"]}
+        assert pin.dynamic_wheel({}) == {"dependencies": True}
+        pin.build_state("wheel")
+        assert pin.dynamic_metadata({}, {}) == {"dependencies": [f"torch=={pin.installed()}"]}
+
     def test_a_range_in_the_window_file_is_refused(self, tmp_path):
         pin = torch_pin()
         bad = tmp_path / "torch-releases.txt"
