@@ -52,6 +52,7 @@ the latter on openreg; all within the float32 tolerance).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import os
@@ -769,12 +770,37 @@ def _work(op, group, limit=None):
     return work
 
 
-def run_group(op, group, *, values=True, random=False, limit=None, sample_skip=None,
-              random_sample=None):
+# A group runs on a thread of its own, whose stack is a few frames deep.
+# PyTorch's sample iterator (common_utils.TrackedInputIter) looks for a
+# unittest test method with inspect.stack() twice per sample_inputs() call,
+# and torch.manual_seed (before every sample, and in OpInfo's
+# wrapper_set_seed) queues a lazy seeding of CUDA, XPU and MTIA that formats
+# the caller's stack each time: under pytest's ~60 frames that was 80% of the
+# sweep's time. The thread changes nothing else the group sees: it starts
+# with the defaults the harness assumes (device 0 current, its default
+# stream, grad mode on, no autocast) and runs one group at a time.
+_GROUP_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                      thread_name_prefix="opinfo-group")
+
+
+def _on_short_stack(fn, *args, **kwargs):
+    """fn(*args, **kwargs) on the group thread; its result, or its exception raised here."""
+    return _GROUP_THREAD.submit(fn, *args, **kwargs).result()
+
+
+def run_group(op, group, **kwargs):
     """Run every sample of (op, group); returns a list of Result (samples that
-    do not exercise openreg are left out). `sample_skip` is an optional
+    do not exercise openreg are left out). Keywords: `values` (compare values,
+    default True), `random` (a random op: reproducibility instead of values),
+    `limit` (samples per group), `sample_skip`, an optional
     (predicate(sample) -> bool, reason) from opinfo_skips.SAMPLE_SKIPS: matching
-    samples are reported with status "skip" instead of being run."""
+    samples are reported with status "skip" instead of being run, and
+    `random_sample`, the same for samples of a random op (RANDOM_SAMPLES)."""
+    return _on_short_stack(_run_group, op, group, **kwargs)
+
+
+def _run_group(op, group, *, values=True, random=False, limit=None, sample_skip=None,
+               random_sample=None):
     pol = Policy(tol=op_tolerance(op, group_dtype(op, group)), values=values and not random,
                  random=random)
     random_pol = dataclasses.replace(pol, values=False, random=True)
@@ -811,9 +837,11 @@ def run_group(op, group, *, values=True, random=False, limit=None, sample_skip=N
 
 def count_samples(op, group):
     """How many samples (x variants) a skipped group has, without running them."""
-    try:
+    def count():
         with quiet():
             return max(len(_work(op, group)), 1)
+    try:
+        return _on_short_stack(count)
     except Exception:  # noqa: BLE001
         return 1
 
