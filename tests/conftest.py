@@ -18,7 +18,7 @@ import tempfile
 import pytest
 
 COMPONENTS = {"runtime", "device", "ops", "model", "docs", "demo", "benchmarks",
-              "profiler", "distributed", "compile", "graphs", "template"}
+              "profiler", "distributed", "compile", "graphs", "template", "ci"}
 
 # Inductor and friends write caches to the system temp dir by default; keep
 # the suite's own.

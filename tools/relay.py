@@ -1,0 +1,448 @@
+"""The smoke target's CI job as one local command: PyTorch's Cross-Repository CI
+Relay (RFC-0050) sends a PyTorch commit; this builds OpenReg against a torch,
+runs the smoke subset, the gap tests and the conformance suite with JUnit
+output, triages the failures, and writes the report that
+``.github/workflows/relay.yml`` hands to test-infra's
+``cross-repo-ci-relay-callback`` action (docs/ci.md).
+
+    python tools/relay.py run --torch 2.14.1 [--out build/relay]
+    python tools/relay.py triage smoke.xml gaps.xml [--rerun R.xml] [--baseline B.xml]
+    python tools/relay.py validate build/relay/report.json
+
+The triage verdict (RFC-0054's categories), from JUnit files:
+
+* a set-up or build step failed before any test ran: ``infra``;
+* a failed test passes when re-run: ``flake``;
+* a test fails on the torch under test and passes on the newest supported
+  release (the baseline): ``upstream``, with the tests named;
+* a test fails on both: ``backend`` (this backend's bug, whatever PyTorch did);
+* failures the baseline could not judge: ``unknown``.
+
+A gap test that passes (``XPASS(strict)``: PyTorch fixed one of
+docs/pytorch-gaps.md's gaps) is not a failure: the report lists it under
+``gaps-fixed`` with the gap's number.
+
+Standard library only (``run`` starts before any venv exists); ``validate``
+needs ``jsonschema`` (requirements-dev.txt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "tools" / "relay-report.schema.json"
+ANALYZER = {"name": "openreg-relay-triage", "version": "1"}
+
+# The callback's limits (test-infra's action inputs, RFC-0054).
+MAX_FAILED = 1000
+MAX_MESSAGE = 1024
+MAX_STACKTRACE = 4096
+MAX_SUMMARY = 1000
+MAX_EVIDENCE = 10
+MAX_VERDICT_BYTES = 16 * 1024
+
+CATEGORIES = ("upstream", "backend", "infra", "flake", "unknown")
+_XPASS_GAP = re.compile(r"XPASS\(strict\)\]?\s*gap (\d+)\b")
+
+
+# ------------------------------------------------------------------ JUnit ----
+
+
+@dataclasses.dataclass
+class Case:
+    """One test case of a JUnit file."""
+
+    classname: str
+    name: str
+    outcome: str  # "passed", "failed", "skipped"
+    message: str = ""
+    stacktrace: str = ""
+    duration: float = 0.0
+    file: str = ""  # pytest's xunit1 "file" attribute, when present
+    step: str = ""  # the step (JUnit file) it came from
+
+    @property
+    def key(self) -> str:
+        return f"{self.classname}::{self.name}"
+
+    @property
+    def nodeid(self) -> str | None:
+        """pytest's node id, from the xunit1 ``file`` attribute, else None."""
+        if not self.file:
+            return None
+        module = self.file[:-3].replace("/", ".") if self.file.endswith(".py") else ""
+        rest = self.classname[len(module) + 1:] if self.classname.startswith(module + ".") else ""
+        return "::".join([self.file] + ([rest] if rest else []) + [self.name])
+
+    def fixed_gap(self) -> int | None:
+        """The gap number of a gap test that passed where a failure was expected."""
+        m = _XPASS_GAP.search(self.message) if self.outcome == "failed" else None
+        return int(m.group(1)) if m else None
+
+
+def read_junit(path: str | os.PathLike, step: str | None = None) -> list[Case]:
+    """The test cases of a JUnit XML file (pytest's, either family)."""
+    cases = []
+    for tc in ET.parse(path).getroot().iter("testcase"):
+        bad = tc.find("failure")
+        if bad is None:
+            bad = tc.find("error")
+        skipped = tc.find("skipped")
+        if bad is not None:
+            outcome = "failed"
+            message, trace = bad.get("message", ""), bad.text or ""
+        elif skipped is not None:
+            outcome, message, trace = "skipped", skipped.get("message", ""), ""
+        else:
+            outcome, message, trace = "passed", "", ""
+        cases.append(Case(tc.get("classname", ""), tc.get("name", ""), outcome, message, trace,
+                          float(tc.get("time", 0) or 0), tc.get("file", ""),
+                          step or pathlib.Path(path).stem))
+    return cases
+
+
+# ----------------------------------------------------------------- triage ----
+
+
+@dataclasses.dataclass
+class Triage:
+    category: str | None  # None: nothing failed
+    confidence: str | None
+    summary: str
+    failed: list[Case]  # what stays failed (flakes and fixed gaps excluded)
+    flaky: list[Case]
+    fixed_gaps: list[tuple[int, Case]]
+    upstream: list[Case]
+    backend: list[Case]
+    unjudged: list[Case]
+
+
+def _names(cases: list[Case], limit: int = 5) -> str:
+    names = [c.name for c in cases[:limit]]
+    more = f" and {len(cases) - limit} more" if len(cases) > limit else ""
+    return ", ".join(names) + more
+
+
+def triage(results: list[Case], *, setup_failed: str | None = None,
+           rerun: list[Case] | None = None, baseline: list[Case] | None = None,
+           baseline_release: str = "the newest supported release") -> Triage:
+    """The verdict of a run. ``setup_failed``: the set-up or build step that
+    failed before any test (its name); ``rerun``: the failed tests run again on
+    the torch under test; ``baseline``: the still-failing tests run on the
+    newest supported release (None: not run)."""
+    if setup_failed is not None:
+        return Triage("infra", "high", f"the {setup_failed} step failed before any test ran",
+                      [], [], [], [], [], [])
+    fixed = [(c.fixed_gap(), c) for c in results if c.fixed_gap() is not None]
+    failed = [c for c in results if c.outcome == "failed" and c.fixed_gap() is None]
+    again = {c.key: c for c in (rerun or [])}
+    flaky = [c for c in failed if c.key in again and again[c.key].outcome == "passed"]
+    failed = [c for c in failed if c not in flaky]
+    base = {c.key: c for c in (baseline or [])}
+    upstream = [c for c in failed if c.key in base and base[c.key].outcome == "passed"]
+    backend = [c for c in failed if c.key in base and base[c.key].outcome == "failed"]
+    unjudged = [c for c in failed if c not in upstream and c not in backend]
+    good = f"; PyTorch fixed gap {', '.join(str(n) for n, _ in fixed)}" if fixed else ""
+    if backend:
+        category, confidence = "backend", "high"
+        summary = (f"{len(backend)} test(s) fail on this torch and on {baseline_release} too: "
+                   f"{_names(backend)}")
+        if upstream:
+            summary += f"; {len(upstream)} fail only on this torch: {_names(upstream)}"
+    elif upstream and not unjudged:
+        category, confidence = "upstream", "high"
+        summary = (f"{len(upstream)} test(s) fail on this torch and pass on {baseline_release}: "
+                   f"{_names(upstream)}")
+    elif failed:
+        category, confidence = "unknown", "low"
+        summary = (f"{len(failed)} test(s) failed and could not be compared with "
+                   f"{baseline_release}: {_names(failed)}")
+    elif flaky:
+        category, confidence = "flake", "medium"
+        summary = f"{len(flaky)} test(s) failed and passed when re-run: {_names(flaky)}"
+    else:
+        category, confidence, summary = None, None, "every test passed"
+    return Triage(category, confidence, (summary + good)[:MAX_SUMMARY], failed, flaky, fixed,
+                  upstream, backend, unjudged)
+
+
+# ----------------------------------------------------------------- report ----
+
+
+def _detail(c: Case) -> dict:
+    return {"name": c.name, "classname": c.classname, "message": c.message[:MAX_MESSAGE],
+            "stacktrace": c.stacktrace[-MAX_STACKTRACE:], "duration": round(c.duration, 3)}
+
+
+def verdict_json(t: Triage, *, torch_commit: str | None, pr: int | None,
+                 log_url: str | None = None) -> dict | None:
+    """The ``triage-verdict`` input of the callback action (None: nothing to triage)."""
+    if t.category is None:
+        return None
+    v = {"schema_version": 1, "category": t.category, "confidence": t.confidence,
+         "summary": t.summary, "analyzer": ANALYZER,
+         "analyzed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if t.category != "infra":  # failed tests are re-run once: did the failure come back?
+        v["reproduced_on_retry"] = bool(t.failed)
+    if t.category == "upstream":
+        suspect = {"reason": f"passes on the baseline, fails on this torch: {_names(t.upstream)}"}
+        if pr is not None:
+            suspect["pr"] = pr
+        if torch_commit:
+            suspect["commit"] = torch_commit
+        if "pr" in suspect or "commit" in suspect:
+            v["suspected_upstream"] = suspect
+        else:  # the schema wants a pr or a commit: say less rather than something false
+            v["confidence"] = "medium"
+    evidence = t.backend + t.upstream + t.unjudged + t.flaky
+    v["evidence"] = [{"job": c.step, "test": c.key, "excerpt": c.message[:500],
+                      **({"log_url": log_url} if log_url else {})}
+                     for c in evidence[:MAX_EVIDENCE]]
+    while len(json.dumps(v).encode()) > MAX_VERDICT_BYTES and v["evidence"]:
+        v["evidence"].pop()
+    return v
+
+
+def build_report(results: list[Case], t: Triage, *, steps: list[dict], torch_info: dict,
+                 baseline_release: str | None, pr: int | None = None,
+                 log_url: str | None = None) -> dict:
+    """The report: what the workflow passes to the callback action, and more."""
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for c in results:
+        counts[c.outcome] += 1
+    # A fixed gap is good news, not a failure; a flaky test passed in the end.
+    good = {id(c) for _, c in t.fixed_gaps} | {id(c) for c in t.flaky}
+    counts["failed"] -= len(good)
+    counts["passed"] += len(good)
+    counts["total"] = len(results)
+    failing = t.category not in (None, "flake")
+    report = {
+        "status": "completed",
+        "conclusion": "failure" if failing else "success",
+        "test-results": counts,
+        "failed-tests-detail": [_detail(c) for c in t.failed[:MAX_FAILED]],
+        "torch": torch_info,
+        "baseline": baseline_release,
+        "steps": steps,
+        "gaps-fixed": [{"gap": n, "test": c.key} for n, c in t.fixed_gaps],
+        "flaky": [c.key for c in t.flaky],
+        "summary": t.summary,
+    }
+    v = verdict_json(t, torch_commit=torch_info.get("git_version"), pr=pr, log_url=log_url)
+    if v is not None:
+        report["triage-verdict"] = v
+    return report
+
+
+def validate(report: dict) -> None:
+    """Raises jsonschema.ValidationError if the report breaks
+    tools/relay-report.schema.json (the callback action's inputs), or
+    ValueError if the verdict is over the relay's 16 KB."""
+    import jsonschema  # requirements-dev.txt
+
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+    if "triage-verdict" in report:
+        size = len(json.dumps(report["triage-verdict"]).encode())
+        if size > MAX_VERDICT_BYTES:
+            raise ValueError(f"the triage verdict is {size} bytes, over the relay's "
+                             f"{MAX_VERDICT_BYTES}")
+
+
+# -------------------------------------------------------------------- run ----
+
+
+def window() -> list[str]:
+    sys.path.insert(0, str(ROOT / "tools"))
+    from torch_pin import window as releases
+    return releases()
+
+
+def _env() -> dict:
+    # The steps' own make and pytest: not what an outer make passed down.
+    drop = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH", "VENV", "BUILD_DIR",
+            "PYTEST_ARGS"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+class Runner:
+    """The steps of one run, each timed and logged to OUT/<step>.log."""
+
+    def __init__(self, out: pathlib.Path):
+        self.out = out
+        self.steps: list[dict] = []
+
+    def step(self, name: str, cmd: list[str], *, timeout: float, env: dict | None = None) -> bool:
+        log = self.out / f"{name}.log"
+        print(f"relay: {name}: {shlex.join(cmd)}", flush=True)
+        t0 = time.monotonic()
+        try:
+            with open(log, "w") as f:
+                rc = subprocess.run(cmd, cwd=ROOT, env=env or _env(), stdout=f,
+                                    stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        self.steps.append({"name": name, "ok": rc == 0, "returncode": rc,
+                           "seconds": round(time.monotonic() - t0, 1), "log": str(log)})
+        print(f"relay: {name}: {'ok' if rc == 0 else f'failed ({rc}), see {log}'}", flush=True)
+        return rc == 0
+
+
+def _venv_python(release: str) -> pathlib.Path:
+    return ROOT / ".venv" / release / "bin" / "python"
+
+
+def _torch_info(python: pathlib.Path) -> dict:
+    code = ("import json, torch; print(json.dumps({'version': torch.__version__, "
+            "'git_version': getattr(torch.version, 'git_version', None)}))")
+    r = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(_env(), TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
+    return json.loads(r.stdout) if r.returncode == 0 else {"version": None, "git_version": None}
+
+
+PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+GAP_TESTS = ["tests/docs/test_pytorch_gaps.py", "tests/docs/test_torch_gates.py"]
+
+
+def test_steps(python: pathlib.Path, out: pathlib.Path, tag: str = "") -> list[tuple]:
+    """(step name, command, JUnit file) of the three test steps."""
+    py = str(python)
+    return [
+        (f"smoke{tag}", [py, *PYTEST, "tests", "-m", "smoke", f"--junitxml={out}/smoke{tag}.xml"],
+         out / f"smoke{tag}.xml"),
+        (f"gaps{tag}", [py, *PYTEST, *GAP_TESTS, "-rxX", f"--junitxml={out}/gaps{tag}.xml"],
+         out / f"gaps{tag}.xml"),
+        (f"conformance{tag}", [py, "-m", "openreg_conformance", "--device", "openreg",
+                               "--dist-backend", "occl", "--junit", f"{out}/conformance{tag}.xml"],
+         out / f"conformance{tag}.xml"),
+    ]
+
+
+def _rerun_cmd(python: pathlib.Path, step: str, cmd: list[str], failed: list[Case],
+               junit: pathlib.Path) -> list[str]:
+    """The step again, for its failed tests only where pytest can name them."""
+    ids = [c.nodeid for c in failed]
+    cmd = [a if not a.startswith("--junit") else a.split("=")[0] + f"={junit}" for a in cmd]
+    if step.startswith("conformance") or not ids or None in ids:
+        return cmd
+    return [str(python), *PYTEST, *ids, f"--junitxml={junit}"]
+
+
+def run(spec: str, out: pathlib.Path, *, pr: int | None = None,
+        log_url: str | None = None) -> dict:
+    """Build against ``spec`` (a release of the window), test, triage; the report."""
+    releases = window()
+    if spec not in releases:
+        raise SystemExit(f"relay: torch {spec!r} is not a release of the window "
+                         f"({', '.join(releases)}, torch-releases.txt); see docs/ci.md for "
+                         "testing a PyTorch nightly")
+    newest = releases[0]
+    out.mkdir(parents=True, exist_ok=True)
+    r = Runner(out)
+    if not r.step("build", ["make", "build", f"TORCH={spec}"], timeout=3600):
+        t = triage([], setup_failed="build")
+        report = build_report([], t, steps=r.steps, torch_info={"spec": spec},
+                              baseline_release=None, pr=pr, log_url=log_url)
+        return _write(out, report)
+    python = _venv_python(spec)
+    info = dict(_torch_info(python), spec=spec)
+    results, rerun, baseline = [], [], None
+    for name, cmd, junit in test_steps(python, out):
+        ok = r.step(name, cmd, timeout=3600)
+        if not junit.exists():
+            t = triage([], setup_failed=name)
+            return _write(out, build_report(results, t, steps=r.steps, torch_info=info,
+                                            baseline_release=None, pr=pr, log_url=log_url))
+        cases = read_junit(junit, name)
+        results += cases
+        failed = [c for c in cases if c.outcome == "failed" and c.fixed_gap() is None]
+        if not ok and failed:
+            again = out / f"{name}-rerun.xml"
+            r.step(f"{name}-rerun", _rerun_cmd(python, name, cmd, failed, again), timeout=3600)
+            if again.exists():
+                rerun += read_junit(again, name)
+    t = triage(results, rerun=rerun)
+    if t.failed:
+        # The baseline: the same tests on the newest supported release.
+        if spec == newest:
+            # Nothing newer to compare with: the run itself is the baseline,
+            # and every failure that is not a flake is ours.
+            baseline = t.failed
+            t = triage(results, rerun=rerun, baseline=baseline,
+                       baseline_release=f"{newest} (the torch under test)")
+        elif r.step("baseline-build", ["make", "build", f"TORCH={newest}"], timeout=3600):
+            base_py = _venv_python(newest)
+            baseline = []
+            for name, cmd, _ in test_steps(base_py, out, "-baseline"):
+                mine = [c for c in t.failed if c.step == name.replace("-baseline", "")]
+                if not mine:
+                    continue
+                junit = out / f"{name}.xml"
+                r.step(name, _rerun_cmd(base_py, name, cmd, mine, junit), timeout=3600)
+                if junit.exists():
+                    baseline += read_junit(junit, name.replace("-baseline", ""))
+            t = triage(results, rerun=rerun, baseline=baseline, baseline_release=newest)
+    report = build_report(results, t, steps=r.steps, torch_info=info,
+                          baseline_release=newest if baseline is not None else None,
+                          pr=pr, log_url=log_url)
+    return _write(out, report)
+
+
+def _write(out: pathlib.Path, report: dict) -> dict:
+    path = out / "report.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"relay: {report['conclusion']}: {report['summary']} (report: {path})", flush=True)
+    return report
+
+
+# -------------------------------------------------------------------- CLI ----
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tools/relay.py", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="build, test, triage and write OUT/report.json")
+    p.add_argument("--torch", required=True, help="a release of torch-releases.txt")
+    p.add_argument("--out", default="build/relay", type=pathlib.Path)
+    p.add_argument("--pr", type=int, help="the PyTorch pull request under test (the verdict names it)")
+    p.add_argument("--log-url", help="where the run's logs are (the verdict's evidence links it)")
+    p = sub.add_parser("triage", help="the verdict of JUnit files, as the report's JSON")
+    p.add_argument("junit", nargs="+", type=pathlib.Path)
+    p.add_argument("--rerun", nargs="*", default=[], type=pathlib.Path)
+    p.add_argument("--baseline", nargs="*", default=None, type=pathlib.Path)
+    p.add_argument("--setup-failed", metavar="STEP")
+    p = sub.add_parser("validate", help="check a report against tools/relay-report.schema.json")
+    p.add_argument("report", type=pathlib.Path)
+    args = ap.parse_args(argv)
+
+    if args.command == "run":
+        report = run(args.torch, args.out.resolve(), pr=args.pr, log_url=args.log_url)
+        return 0 if report["conclusion"] == "success" else 1
+    if args.command == "triage":
+        results = [c for f in args.junit for c in read_junit(f)]
+        rerun = [c for f in args.rerun for c in read_junit(f)]
+        baseline = None if args.baseline is None else [c for f in args.baseline for c in read_junit(f)]
+        t = triage(results, setup_failed=args.setup_failed, rerun=rerun, baseline=baseline)
+        report = build_report(results, t, steps=[], torch_info={}, baseline_release=None)
+        print(json.dumps(report, indent=2))
+        return 0 if report["conclusion"] == "success" else 1
+    report = json.loads(args.report.read_text())
+    validate(report)
+    print(f"{args.report}: valid")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
