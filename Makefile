@@ -17,7 +17,7 @@ PIP    := $(VENV)/bin/pip
 # Two cores here: more parallel compiles only thrash.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue check-release
+.PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue check-release relay
 
 demo: build
 	$(PY) examples/demo.py
@@ -37,6 +37,14 @@ check-release: build
 	$(PY) -m pytest $(RELEASE_TESTS) -rxX $(PYTEST_ARGS)
 	$(PY) -m openreg_conformance --device openreg --dist-backend occl \
 	  --junit $(BUILD_DIR)/conformance.xml
+
+# The relay job (docs/ci.md): check-release's three steps with JUnit output,
+# failures re-run and compared with the newest release, and the report for
+# PyTorch's CI relay in build/relay/<release>/report.json. tools/relay.py run
+# also takes a torch wheel or a nightly version.
+.PHONY: relay
+relay:
+	$(PYTHON) tools/relay.py run --torch $(TORCH) --out build/relay/$(TORCH)
 
 venv: $(VENV)/.deps-stamp
 

@@ -339,23 +339,63 @@ def _rerun_cmd(python: pathlib.Path, step: str, cmd: list[str], failed: list[Cas
     return [str(python), *PYTEST, *ids, f"--junitxml={junit}"]
 
 
-def run(spec: str, out: pathlib.Path, *, pr: int | None = None,
-        log_url: str | None = None) -> dict:
-    """Build against ``spec`` (a release of the window), test, triage; the report."""
+NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly/cpu"
+_WHEEL = re.compile(r"torch-([^-]+)-")
+
+
+def _under_test(r: Runner, spec: str, releases: list[str],
+                index_url: str | None) -> pathlib.Path | None:
+    """Install and build the torch under test; its venv's python (None: a
+    step failed). A release of the window uses make's own venv and build
+    directory; a wheel (path or URL) or another version (a nightly, from
+    ``index_url``) gets .venv/relay-<version> and build/relay-<version>, built
+    with OPENREG_TORCH_UNLISTED=1 (tools/torch_pin.py)."""
+    if spec in releases:
+        ok = r.step("build", ["make", "build", f"TORCH={spec}"], timeout=3600)
+        return _venv_python(spec) if ok else None
+    m = _WHEEL.search(pathlib.PurePath(spec).name)
+    version = m.group(1) if spec.endswith(".whl") and m else spec
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?[0-9A-Za-z.+]*", version):
+        raise SystemExit(f"relay: --torch {spec!r} is neither a release of the window "
+                         f"({', '.join(releases)}), a torch wheel nor a torch version")
+    def rel(v):
+        return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+    if rel(version) < rel(releases[-1]):
+        raise SystemExit(f"relay: torch {version} is older than the oldest release of the window "
+                         f"({releases[-1]}, torch-releases.txt): OpenReg does not build against it")
+    tag = f"relay-{version}"
+    venv = ROOT / ".venv" / tag
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    constraint = venv / "torch-constraint.txt"
+    env = dict(_env(), PIP_CONSTRAINT=str(constraint))
+    if not r.step("venv", [sys.executable, "-m", "venv", str(venv)], timeout=600):
+        return None
+    constraint.write_text(f"torch=={version}\n")
+    first = [spec] if spec.endswith(".whl") else \
+        ["--pre", f"torch=={version}", "--index-url", index_url or NIGHTLY_INDEX]
+    if not (r.step("install-torch", pip + first, timeout=3600, env=env)
+            and r.step("install", pip + ["-r", "requirements-dev.txt"], timeout=3600, env=env)):
+        return None
+    (venv / ".deps-stamp").touch()  # make's venv step: done above
+    ok = r.step("build", ["make", "build", f"VENV={venv}", f"BUILD_DIR=build/{tag}"],
+                timeout=3600, env=dict(_env(), OPENREG_TORCH_UNLISTED="1"))
+    return venv / "bin" / "python" if ok else None
+
+
+def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | None = None,
+        index_url: str | None = None) -> dict:
+    """Build against ``spec`` (a release of the window, a torch wheel, or a
+    torch version from ``index_url``), test, triage; the report."""
     releases = window()
-    if spec not in releases:
-        raise SystemExit(f"relay: torch {spec!r} is not a release of the window "
-                         f"({', '.join(releases)}, torch-releases.txt); see docs/ci.md for "
-                         "testing a PyTorch nightly")
     newest = releases[0]
     out.mkdir(parents=True, exist_ok=True)
     r = Runner(out)
-    if not r.step("build", ["make", "build", f"TORCH={spec}"], timeout=3600):
-        t = triage([], setup_failed="build")
+    python = _under_test(r, spec, releases, index_url)
+    if python is None:
+        t = triage([], setup_failed=r.steps[-1]["name"])
         report = build_report([], t, steps=r.steps, torch_info={"spec": spec},
                               baseline_release=None, pr=pr, log_url=log_url)
         return _write(out, report)
-    python = _venv_python(spec)
     info = dict(_torch_info(python), spec=spec)
     results, rerun, baseline = [], [], None
     for name, cmd, junit in test_steps(python, out):
@@ -414,7 +454,10 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="build, test, triage and write OUT/report.json")
-    p.add_argument("--torch", required=True, help="a release of torch-releases.txt")
+    p.add_argument("--torch", required=True,
+                   help="a release of torch-releases.txt, a torch wheel (path or URL), or a "
+                        "torch version from --index-url (a nightly)")
+    p.add_argument("--index-url", help=f"where a --torch version comes from (default {NIGHTLY_INDEX})")
     p.add_argument("--out", default="build/relay", type=pathlib.Path)
     p.add_argument("--pr", type=int, help="the PyTorch pull request under test (the verdict names it)")
     p.add_argument("--log-url", help="where the run's logs are (the verdict's evidence links it)")
@@ -428,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.command == "run":
-        report = run(args.torch, args.out.resolve(), pr=args.pr, log_url=args.log_url)
+        report = run(args.torch, args.out.resolve(), pr=args.pr, log_url=args.log_url,
+                     index_url=args.index_url)
         return 0 if report["conclusion"] == "success" else 1
     if args.command == "triage":
         results = [c for f in args.junit for c in read_junit(f)]

@@ -63,9 +63,16 @@ def requested(environ=os.environ, releases: list[str] | None = None) -> str:
     return releases[0]
 
 
-def installed(releases: list[str] | None = None, version=None) -> str:
+#: Set to 1 by the relay job (tools/relay.py, docs/ci.md) to build against the
+#: PyTorch under test, which may be outside the window (a nightly): the wheel
+#: then requires exactly that torch.
+UNLISTED_VAR = "OPENREG_TORCH_UNLISTED"
+
+
+def installed(releases: list[str] | None = None, version=None, environ=os.environ) -> str:
     """The release of the torch the build compiles against (its distribution's
-    version, read without importing torch)."""
+    version, read without importing torch). With OPENREG_TORCH_UNLISTED=1, any
+    version, exactly (local label included)."""
     releases = releases or window()
     if version is None:
         from importlib.metadata import PackageNotFoundError
@@ -76,6 +83,8 @@ def installed(releases: list[str] | None = None, version=None) -> str:
             raise TorchReleaseError(
                 "torch is not installed where torch_openreg is being built: install one of "
                 f"{', '.join(releases)} first (make build does), or build with isolation")
+    if environ.get(UNLISTED_VAR) == "1":
+        return version
     return check(version, "the installed torch", releases)
 
 

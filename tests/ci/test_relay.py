@@ -284,11 +284,13 @@ class TestRun:
                                "--out", str(tmp_path / "out")], capture_output=True, text=True,
                               timeout=120, env=env, cwd=ROOT)
 
-    def test_a_torch_outside_the_window_is_refused(self, tmp_path):
+    def test_a_torch_older_than_the_window_is_refused(self, tmp_path):
         r = self.run(tmp_path, "--torch", "2.9.1")
         assert r.returncode != 0
-        assert "torch '2.9.1' is not a release of the window" in r.stderr
-        assert "torch-releases.txt" in r.stderr
+        assert f"torch 2.9.1 is older than the oldest release of the window ({relay.window()[-1]}" \
+            in r.stderr
+        r = self.run(tmp_path, "--torch", "latest")
+        assert r.returncode != 0 and "neither a release of the window" in r.stderr
 
     def test_a_failed_build_is_reported_as_infra(self, tmp_path):
         fake = tmp_path / "bin"

@@ -109,6 +109,17 @@ class TestTorchPin:
         with pytest.raises(pin.TorchReleaseError, match=r"the installed torch is torch 2\.99\.0\+cpu"):
             pin.installed(window, version="2.99.0+cpu")
 
+    def test_the_relay_builds_against_the_torch_under_test(self):
+        # tools/relay.py tests a PyTorch outside the window (a nightly): with
+        # OPENREG_TORCH_UNLISTED=1 the wheel requires exactly that torch.
+        pin = torch_pin()
+        window = pin.window()
+        nightly = "2.99.0.dev20261201+cpu"
+        assert pin.installed(window, version=nightly,
+                             environ={pin.UNLISTED_VAR: "1"}) == nightly
+        with pytest.raises(pin.TorchReleaseError, match="does not support"):
+            pin.installed(window, version=nightly, environ={pin.UNLISTED_VAR: "0"})
+
     def test_a_local_version_label_is_not_part_of_the_release(self):
         pin = torch_pin()
         window = pin.window()
