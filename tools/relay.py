@@ -276,6 +276,9 @@ def _env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
+TAIL_LINES = 40  # of a failed step's log, printed
+
+
 class Runner:
     """The steps of one run, each timed and logged to OUT/<step>.log."""
 
@@ -295,7 +298,11 @@ class Runner:
             rc = "timeout"
         self.steps.append({"name": name, "ok": rc == 0, "returncode": rc,
                            "seconds": round(time.monotonic() - t0, 1), "log": str(log)})
-        print(f"relay: {name}: {'ok' if rc == 0 else f'failed ({rc}), see {log}'}", flush=True)
+        if rc == 0:
+            print(f"relay: {name}: ok", flush=True)
+        else:
+            tail = log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+            print(f"relay: {name}: failed ({rc}); the end of {log}:", *tail, sep="\n", flush=True)
         return rc == 0
 
 

@@ -306,3 +306,5 @@ class TestRun:
         assert report["steps"][0]["name"] == "build" and report["steps"][0]["ok"] is False
         assert "out of memory" in (tmp_path / "out" / "build.log").read_text()
         assert "the build step failed" in r.stdout
+        assert "relay: build: failed (2); the end of" in r.stdout
+        assert "c++: fatal error: out of memory" in r.stdout  # the log's end, where CI shows it
