@@ -108,6 +108,10 @@ class TestScaffoldNew:
         assert 'rename_privateuse1_backend("foo")' in (
             foo_tree / "foo_python/torch_foo/__init__.py").read_text()
         assert "REGISTER_GRAPH_IMPL(FOO," in (foo_tree / "foo_python/csrc/aten/Graph.cpp").read_text()
+        # The relay job (docs/ci.md) tests the new backend under its names.
+        relay = (foo_tree / "tools/relay.py").read_text()
+        assert '"--device", "foo"' in relay and '"--dist-backend", "fccl"' in relay
+        assert "job-name: foo-smoke" in (foo_tree / ".github/workflows/relay.yml").read_text()
         # The generated tree scaffolds under its own names.
         assert 'SELF = {"device": "foo", "camel": "Foo", "ccl": "fccl"' in (
             foo_tree / "tools/scaffold.py").read_text()
