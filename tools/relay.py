@@ -410,7 +410,8 @@ def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | N
         if not junit.exists():
             t = triage([], setup_failed=name)
             return _write(out, build_report(results, t, steps=r.steps, torch_info=info,
-                                            baseline_release=None, pr=pr, log_url=log_url))
+                                            baseline_release=None, pr=pr, log_url=log_url),
+                          python)
         cases = read_junit(junit, name)
         results += cases
         failed = [c for c in cases if c.outcome == "failed" and c.fixed_gap() is None]
@@ -443,12 +444,22 @@ def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | N
     report = build_report(results, t, steps=r.steps, torch_info=info,
                           baseline_release=newest if baseline is not None else None,
                           pr=pr, log_url=log_url)
-    return _write(out, report)
+    return _write(out, report, python)
 
 
-def _write(out: pathlib.Path, report: dict) -> dict:
+def _write(out: pathlib.Path, report: dict, python: pathlib.Path | None = None) -> dict:
+    """Write OUT/report.json and check it against the schema, with the venv's
+    python (jsonschema is in requirements-dev.txt) or, before one exists, this
+    one; an invalid report raises SystemExit."""
     path = out / "report.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
+    checker = str(python) if python is not None and python.exists() else sys.executable
+    r = subprocess.run([checker, __file__, "validate", str(path)], capture_output=True, text=True,
+                       timeout=120)
+    if r.returncode != 0 and "No module named 'jsonschema'" in r.stderr:
+        print(f"relay: {path} not checked against the schema: no jsonschema for {checker}")
+    elif r.returncode != 0:
+        raise SystemExit(f"relay: the report breaks {SCHEMA.name}:\n{r.stderr[-3000:]}")
     print(f"relay: {report['conclusion']}: {report['summary']} (report: {path})", flush=True)
     return report
 
