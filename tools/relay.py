@@ -331,7 +331,7 @@ def test_steps(python: pathlib.Path, out: pathlib.Path, tag: str = "") -> list[t
         (f"gaps{tag}", [py, *PYTEST, *GAP_TESTS, "-rxX", f"--junitxml={out}/gaps{tag}.xml"],
          out / f"gaps{tag}.xml"),
         (f"conformance{tag}", [py, "-m", "openreg_conformance", "--device", "openreg",
-                               "--dist-backend", "occl", "--junit", f"{out}/conformance{tag}.xml"],
+                               "--dist-backend", "occl", f"--junit={out}/conformance{tag}.xml"],
          out / f"conformance{tag}.xml"),
     ]
 
@@ -341,6 +341,7 @@ def _rerun_cmd(python: pathlib.Path, step: str, cmd: list[str], failed: list[Cas
     """The step again, for its failed tests only where pytest can name them."""
     ids = [c.nodeid for c in failed]
     cmd = [a if not a.startswith("--junit") else a.split("=")[0] + f"={junit}" for a in cmd]
+    assert any(a.startswith("--junit") and a.endswith(f"={junit}") for a in cmd), cmd
     if step.startswith("conformance") or not ids or None in ids:
         return cmd
     return [str(python), *PYTEST, *ids, f"--junitxml={junit}"]

@@ -273,6 +273,47 @@ class TestWorkflow:
 
 
 @pytest.mark.ci
+class TestRerun:
+    hw_classification = HW.GENERIC
+
+    def test_failed_tests_are_re_run_by_node_id(self, tmp_path):
+        # pytest's own JUnit file (xunit1, as run writes them) names each
+        # failure well enough to run exactly it again.
+        (tmp_path / "test_planted.py").write_text(textwrap.dedent("""
+            import pytest
+            class TestA:
+                @pytest.mark.parametrize("n", [1, 2])
+                def test_p(self, n):
+                    assert n == 1
+            def test_free():
+                assert False
+            def test_ok():
+                pass
+        """))
+        first = tmp_path / "first.xml"
+        subprocess.run([sys.executable, *relay.PYTEST, "test_planted.py", f"--junitxml={first}"],
+                       cwd=tmp_path, capture_output=True, timeout=120)
+        failed = [c for c in relay.read_junit(first) if c.outcome == "failed"]
+        assert sorted(c.nodeid for c in failed) == ["test_planted.py::TestA::test_p[2]",
+                                                    "test_planted.py::test_free"]
+        again = tmp_path / "again.xml"
+        cmd = relay._rerun_cmd(pathlib.Path(sys.executable), "smoke", ["x", "--junitxml=old.xml"],
+                               failed, again)
+        subprocess.run(cmd, cwd=tmp_path, capture_output=True, timeout=120)
+        rerun = relay.read_junit(again)
+        assert sorted(c.name for c in rerun) == ["test_free", "test_p[2]"]
+        assert all(c.outcome == "failed" for c in rerun)
+
+    def test_the_conformance_suite_is_re_run_whole_with_its_own_report(self, tmp_path):
+        steps = {name: cmd for name, cmd, _ in relay.test_steps(pathlib.Path("py"), tmp_path)}
+        cmd = relay._rerun_cmd(pathlib.Path("py"), "conformance", steps["conformance"],
+                               [relay.Case("TestX", "test_y", "failed")], tmp_path / "again.xml")
+        assert cmd[:3] == ["py", "-m", "openreg_conformance"]
+        assert cmd[-1] == f"--junit={tmp_path / 'again.xml'}"
+        assert str(tmp_path / "conformance.xml") not in " ".join(cmd)
+
+
+@pytest.mark.ci
 class TestRun:
     hw_classification = HW.GENERIC
 
