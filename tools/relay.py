@@ -347,6 +347,17 @@ def _rerun_cmd(python: pathlib.Path, step: str, cmd: list[str], failed: list[Cas
     return [str(python), *PYTEST, *ids, f"--junitxml={junit}"]
 
 
+def _outcomes(junit: pathlib.Path, step: str, failed: list[Case], ok: bool) -> list[Case]:
+    """The cases of a re-run's JUnit file; a re-run that exited 0 also
+    passed every failed case its file does not name (a step's own failure)."""
+    cases = read_junit(junit, step) if junit.exists() else []
+    if ok:
+        named = {c.key for c in cases}
+        cases += [dataclasses.replace(c, outcome="passed", message="", stacktrace="")
+                  for c in failed if c.key not in named]
+    return cases
+
+
 NIGHTLY_INDEX = "https://download.pytorch.org/whl/nightly/cpu"
 _WHEEL = re.compile(r"torch-([^-]+)-")
 
@@ -408,19 +419,23 @@ def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | N
     results, rerun, baseline = [], [], None
     for name, cmd, junit in test_steps(python, out):
         ok = r.step(name, cmd, timeout=3600)
-        if not junit.exists():
-            t = triage([], setup_failed=name)
-            return _write(out, build_report(results, t, steps=r.steps, torch_info=info,
-                                            baseline_release=None, pr=pr, log_url=log_url),
-                          python)
-        cases = read_junit(junit, name)
-        results += cases
+        cases = read_junit(junit, name) if junit.exists() else []
         failed = [c for c in cases if c.outcome == "failed" and c.fixed_gap() is None]
+        if not ok and not failed:
+            # A crash before the JUnit file, or an exit status no test explains:
+            # a failure of the step itself, re-run and compared as a whole.
+            rc = r.steps[-1]["returncode"]
+            failed = [Case(name, f"{name} (exit status {rc})", "failed",
+                           f"the {name} step exited with status {rc} and its JUnit file "
+                           f"{'names no failed test' if junit.exists() else 'was not written'}",
+                           step=name)]
+            cases += failed
+        results += cases
         if not ok and failed:
             again = out / f"{name}-rerun.xml"
-            r.step(f"{name}-rerun", _rerun_cmd(python, name, cmd, failed, again), timeout=3600)
-            if again.exists():
-                rerun += read_junit(again, name)
+            passed = r.step(f"{name}-rerun", _rerun_cmd(python, name, cmd, failed, again),
+                            timeout=3600)
+            rerun += _outcomes(again, name, failed, passed)
     t = triage(results, rerun=rerun)
     if t.failed:
         # The baseline: the same tests on the newest supported release.
@@ -438,9 +453,8 @@ def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | N
                 if not mine:
                     continue
                 junit = out / f"{name}.xml"
-                r.step(name, _rerun_cmd(base_py, name, cmd, mine, junit), timeout=3600)
-                if junit.exists():
-                    baseline += read_junit(junit, name.replace("-baseline", ""))
+                passed = r.step(name, _rerun_cmd(base_py, name, cmd, mine, junit), timeout=3600)
+                baseline += _outcomes(junit, name.replace("-baseline", ""), mine, passed)
             t = triage(results, rerun=rerun, baseline=baseline, baseline_release=newest)
     report = build_report(results, t, steps=r.steps, torch_info=info,
                           baseline_release=newest if baseline is not None else None,

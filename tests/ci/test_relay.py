@@ -325,6 +325,44 @@ class TestRun:
                                "--out", str(tmp_path / "out")], capture_output=True, text=True,
                               timeout=120, env=env, cwd=ROOT)
 
+    def test_re_runs_and_a_crashed_step(self, tmp_path, monkeypatch):
+        # The run's own logic on planted steps: a test that fails once and
+        # passes when re-run (a flake), and a step that aborts before writing
+        # its JUnit file, twice (a failure of the step itself). On the newest
+        # release there is nothing to compare with: the failure is the backend's.
+        (tmp_path / "test_planted.py").write_text(textwrap.dedent("""
+            import pathlib
+            def test_flaky(tmp_path_factory):
+                mark = pathlib.Path(__file__).with_name("ran-once")
+                if not mark.exists():
+                    mark.touch()
+                    assert False, "first run"
+            def test_ok():
+                pass
+        """))
+        out = tmp_path / "out"
+        py = sys.executable
+
+        def steps(python, out, tag=""):
+            return [(f"smoke{tag}", [py, *relay.PYTEST, str(tmp_path / "test_planted.py"),
+                                     f"--junitxml={out}/smoke{tag}.xml"], out / f"smoke{tag}.xml"),
+                    (f"conformance{tag}", [py, "-c", "import os; os.abort()",
+                                           f"--junit={out}/conformance{tag}.xml"],
+                     out / f"conformance{tag}.xml")]
+        monkeypatch.setattr(relay, "ROOT", tmp_path)  # the steps' working directory
+        monkeypatch.setattr(relay, "test_steps", steps)
+        monkeypatch.setattr(relay, "_under_test", lambda r, spec, releases, url: pathlib.Path(py))
+        monkeypatch.setattr(relay, "_torch_info", lambda python: {"version": "x", "git_version": None})
+        report = relay.run(relay.window()[0], out, pr=None)
+        assert report["flaky"] == ["test_planted::test_flaky"]
+        assert [d["name"] for d in report["failed-tests-detail"]] == ["conformance (exit status -6)"]
+        assert "was not written" in report["failed-tests-detail"][0]["message"]
+        assert report["triage-verdict"]["category"] == "backend"
+        assert report["conclusion"] == "failure"
+        assert [s["name"] for s in report["steps"]] == ["smoke", "smoke-rerun", "conformance",
+                                                        "conformance-rerun"]
+        relay.validate(json.loads((out / "report.json").read_text()))
+
     def test_a_torch_older_than_the_window_is_refused(self, tmp_path):
         r = self.run(tmp_path, "--torch", "2.9.1")
         assert r.returncode != 0
