@@ -72,7 +72,8 @@ UNLISTED_VAR = "OPENREG_TORCH_UNLISTED"
 def installed(releases: list[str] | None = None, version=None, environ=os.environ) -> str:
     """The release of the torch the build compiles against (its distribution's
     version, read without importing torch). With OPENREG_TORCH_UNLISTED=1, any
-    version, exactly (local label included)."""
+    version, without its local label as for the window's releases
+    (``torch==2.16.0.dev20261201`` is that nightly, whichever build)."""
     releases = releases or window()
     if version is None:
         from importlib.metadata import PackageNotFoundError
@@ -84,7 +85,7 @@ def installed(releases: list[str] | None = None, version=None, environ=os.enviro
                 "torch is not installed where torch_openreg is being built: install one of "
                 f"{', '.join(releases)} first (make build does), or build with isolation")
     if environ.get(UNLISTED_VAR) == "1":
-        return version
+        return version.split("+", 1)[0]
     return check(version, "the installed torch", releases)
 
 

@@ -116,7 +116,7 @@ class TestTorchPin:
         window = pin.window()
         nightly = "2.99.0.dev20261201+cpu"
         assert pin.installed(window, version=nightly,
-                             environ={pin.UNLISTED_VAR: "1"}) == nightly
+                             environ={pin.UNLISTED_VAR: "1"}) == "2.99.0.dev20261201"
         with pytest.raises(pin.TorchReleaseError, match="does not support"):
             pin.installed(window, version=nightly, environ={pin.UNLISTED_VAR: "0"})
 
