@@ -41,6 +41,8 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
+from torch_pin import window  # tools/, beside this file
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "tools" / "relay-report.schema.json"
 ANALYZER = {"name": "openreg-relay-triage", "version": "1"}
@@ -53,7 +55,6 @@ MAX_SUMMARY = 1000
 MAX_EVIDENCE = 10
 MAX_VERDICT_BYTES = 16 * 1024
 
-CATEGORIES = ("upstream", "backend", "infra", "flake", "unknown")
 _XPASS_GAP = re.compile(r"XPASS\(strict\)\]?\s*gap (\d+)\b")
 
 
@@ -263,17 +264,14 @@ def validate(report: dict) -> None:
 # -------------------------------------------------------------------- run ----
 
 
-def window() -> list[str]:
-    sys.path.insert(0, str(ROOT / "tools"))
-    from torch_pin import window as releases
-    return releases()
+# What an outer make passes down, which the steps' own make and pytest must not
+# see: the twin of tests/_subprocess.MAKE_VARS (a tool cannot import the tests).
+MAKE_VARS = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT",
+             "MAKE_TERMERR", "TORCH", "VENV", "BUILD_DIR", "PYTEST_ARGS")
 
 
 def _env() -> dict:
-    # The steps' own make and pytest: not what an outer make passed down.
-    drop = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TORCH", "VENV", "BUILD_DIR",
-            "PYTEST_ARGS"}
-    return {k: v for k, v in os.environ.items() if k not in drop}
+    return {k: v for k, v in os.environ.items() if k not in MAKE_VARS}
 
 
 TAIL_LINES = 40  # of a failed step's log, printed

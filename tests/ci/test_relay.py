@@ -276,6 +276,10 @@ class TestWorkflow:
 class TestRerun:
     hw_classification = HW.GENERIC
 
+    def test_the_steps_drop_what_an_outer_make_passes_down(self):
+        from tests._subprocess import MAKE_VARS
+        assert relay.MAKE_VARS == MAKE_VARS
+
     def test_failed_tests_are_re_run_by_node_id(self, tmp_path):
         # pytest's own JUnit file (xunit1, as run writes them) names each
         # failure well enough to run exactly it again.
