@@ -278,13 +278,8 @@ def case_corrupt(what):
         for t in scribblers:
             t.join()
     if rank == 1:
-        if what == "abort_reason":
-            # A reason without its terminating NUL, and garbage after it up to
-            # the end of the control page.
-            poke(seg[1] + OFF_REASON, "512s", b"A" * 512)
-            poke(seg[1] + OFF_REASON + 512, f"{CTRL_BYTES - OFF_REASON - 512}s",
-                 b"B" * (CTRL_BYTES - OFF_REASON - 512))
-            poke(seg[1] + OFF_ABORTED, "<I", 1)
+        if what in ("abort_reason", "step"):
+            pass  # after the barrier below: rank 0 would see it while waiting there
         elif what in ("ring_tail_ahead", "ring_tail_behind"):
             # The tail of rank 0's ring to rank 1 (rank 1 writes it as the
             # reader), moved 2^40 bytes off its head.
@@ -295,8 +290,6 @@ def case_corrupt(what):
             r1 = ring(seg[1], 0)
             tail = struct.unpack("<Q", ctypes.string_at(r1 + 64, 8))[0]
             poke(r1, "<Q", (tail + (1 << 40)) % 2**64)
-        elif what == "step":
-            pass  # after the barrier below, which would overwrite it
         elif what == "zero_copy_offset":
             # Whenever rank 1 has published its buffers for a zero-copy round,
             # overwrite the input's offset inside its allocation.
@@ -312,16 +305,33 @@ def case_corrupt(what):
             scribblers[-1].start()
         else:
             raise SystemExit(f"unknown corruption {what}")
-    # The corruption is written before rank 1 posts this barrier, so rank 0
-    # sees it once the barrier completes.
+    # The ring and zero-copy corruptions are written before rank 1 posts this
+    # barrier, so rank 0 sees them once the barrier completes.
     comm.barrier(stream=s)
     comm.synchronize(s)
-    if what == "step":
-        if rank == 1:  # its round counter jumps 1000 rounds ahead
-            step = struct.unpack("<I", ctypes.string_at(seg[1] + OFF_STEP, 4))[0]
-            poke(seg[1] + OFF_STEP, "<I", (step + 1000) % 2**32)
+    if what in ("abort_reason", "step"):
+        # Written after the barrier (an aborted flag seen during it would fail
+        # the barrier; the barrier would overwrite the round counter), then
+        # announced through a file, so that rank 0's next operation sees it.
+        corrupted = os.path.join(store_dir, "rank1-corrupted")
+        if rank == 1:
+            if what == "abort_reason":
+                # A reason without its terminating NUL, and garbage after it up
+                # to the end of the control page.
+                poke(seg[1] + OFF_REASON, "512s", b"A" * 512)
+                poke(seg[1] + OFF_REASON + 512, f"{CTRL_BYTES - OFF_REASON - 512}s",
+                     b"B" * (CTRL_BYTES - OFF_REASON - 512))
+                poke(seg[1] + OFF_ABORTED, "<I", 1)
+            else:  # its round counter jumps 1000 rounds ahead
+                step = struct.unpack("<I", ctypes.string_at(seg[1] + OFF_STEP, 4))[0]
+                poke(seg[1] + OFF_STEP, "<I", (step + 1000) % 2**32)
+            open(corrupted, "w").close()
         else:
-            time.sleep(0.3)
+            deadline = time.monotonic() + 20
+            while not os.path.exists(corrupted):
+                if time.monotonic() > deadline:
+                    raise SystemExit("rank 1 never wrote its corruption")
+                time.sleep(0.01)
     t0 = time.monotonic()
     done = os.path.join(store_dir, "rank0-done")
     try:
