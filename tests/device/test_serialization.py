@@ -13,8 +13,6 @@ from tests import target
 from tests._subprocess import run_python
 from tests.target import DEVICE, HW, device
 
-DEV = DEVICE
-
 
 @pytest.mark.openreg_only  # a helper of the openreg-only tests
 def set_meta(tensor, fmt):
@@ -74,7 +72,7 @@ class TestSaveLoadQuick:
 
     @pytest.mark.openreg_only  # openreg's backend metadata
     def test_backend_meta_round_trip(self):
-        x = torch.randn(3, device=DEV)
+        x = torch.randn(3, device=DEVICE)
         set_meta(x, "nc8hw")
         assert get_meta(x) == "nc8hw"
         y = round_trip(x)
@@ -130,20 +128,20 @@ class TestMapLocation:
                                        torch.complex64])
     def test_dtypes(self, dtype):
         cpu = (torch.randn(3, 4) * 10).to(dtype) if dtype != torch.complex64 else torch.randn(3, 4, dtype=dtype)
-        out = round_trip(cpu.to(DEV))
-        assert out.dtype == dtype and out.device.type == DEV
+        out = round_trip(cpu.to(DEVICE))
+        assert out.dtype == dtype and out.device.type == DEVICE
         assert torch.equal(out.cpu(), cpu)
 
     def test_conj_and_neg_bits_survive(self):
         z = torch.randn(3, dtype=torch.complex64)
-        out = round_trip({"conj": z.to(DEV).conj(), "neg": z.to(DEV).conj().imag})
+        out = round_trip({"conj": z.to(DEVICE).conj(), "neg": z.to(DEVICE).conj().imag})
         assert out["conj"].is_conj() and out["neg"].is_neg()
         assert torch.equal(out["conj"].resolve_conj().cpu(), z.conj().resolve_conj())
         assert torch.equal(out["neg"].resolve_neg().cpu(), z.conj().imag.resolve_neg())
 
     def test_offset_views_and_requires_grad(self):
         base = torch.randn(10, requires_grad=True)
-        x = base.detach().to(DEV).requires_grad_()
+        x = base.detach().to(DEVICE).requires_grad_()
         out = round_trip({"x": x, "tail": x.detach()[3:7]})
         assert out["x"].requires_grad and out["x"].is_leaf
         assert out["tail"].storage_offset() == 3
@@ -162,7 +160,7 @@ class TestMapLocation:
 
     def test_save_waits_for_queued_device_work(self):
         s = target.device_module.Stream()
-        x = torch.zeros(1000, device=DEV)
+        x = torch.zeros(1000, device=DEVICE)
         ones = torch.ones(1000).pin_memory()
         with target.device_module.stream(s):
             target.busy(20_000)   # the stream is busy for 20 ms
@@ -196,20 +194,20 @@ class TestModulesAndOptimizers:
     hw_classification = HW.ACCELERATOR
 
     def test_state_dict_to_another_device(self):
-        model = make_model().to(DEV)
+        model = make_model().to(DEVICE)
         sd = round_trip(model.state_dict())
         assert all(v.device == torch.device(DEVICE, 0) for v in sd.values())
         other = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2)).to(device(1))
         other.load_state_dict(sd)
         assert all(p.device == torch.device(DEVICE, 1) for p in other.parameters())
         x = torch.randn(3, 5)
-        torch.testing.assert_close(other(x.to(device(1))).cpu(), model(x.to(DEV)).cpu())
+        torch.testing.assert_close(other(x.to(device(1))).cpu(), model(x.to(DEVICE)).cpu())
 
     def test_whole_module_pickle(self):
-        model = make_model().to(DEV)
+        model = make_model().to(DEVICE)
         loaded = round_trip(model, weights_only=False)
         assert isinstance(loaded[0].weight, nn.Parameter)
-        assert loaded[0].weight.device.type == DEV
+        assert loaded[0].weight.device.type == DEVICE
         for p, q in zip(model.parameters(), loaded.parameters()):
             assert torch.equal(p.detach().cpu(), q.detach().cpu())
 
@@ -224,9 +222,9 @@ class TestModulesAndOptimizers:
         ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2, **ref_kwargs)
         train(ref, ref_opt, data, "cpu")
 
-        model = make_model().to(DEV)
+        model = make_model().to(DEVICE)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2, **opt_kwargs)
-        train(model, opt, data[:3], DEV)
+        train(model, opt, data[:3], DEVICE)
         # A dict maps only device 0's storages; a CPU `step` stays on the CPU
         # (map_location=device(1) would move it too).
         ckpt = round_trip({"model": model.state_dict(), "opt": opt.state_dict()},
@@ -235,7 +233,8 @@ class TestModulesAndOptimizers:
         assert state["exp_avg"].device == torch.device(DEVICE, 1)
         # step is a CPU scalar unless capturable/fused, which keep it on the device.
         on_device = bool(opt_kwargs.get("capturable") or opt_kwargs.get("fused"))
-        assert state["step"].device == (torch.device(DEVICE, 1) if on_device else torch.device("cpu"))
+        assert state["step"].device == (torch.device(DEVICE, 1) if on_device
+                                         else torch.device("cpu"))
         assert state["step"].item() == 3.0
 
         resumed = make_model().to(device(1))
@@ -254,7 +253,7 @@ class TestBackendMeta:
     hw_classification = HW.ACCELERATOR
 
     def test_set_get_clear(self):
-        x = torch.zeros(4, device=DEV)
+        x = torch.zeros(4, device=DEVICE)
         assert get_meta(x) is None
         set_meta(x, "blocked_16")
         assert get_meta(x) == "blocked_16"
@@ -265,7 +264,7 @@ class TestBackendMeta:
         assert get_meta(torch.zeros(2)) is None  # CPU tensors never have one
 
     def test_which_tensors_carry_it(self):
-        x = torch.zeros(4, 4, device=DEV)
+        x = torch.zeros(4, 4, device=DEVICE)
         set_meta(x, "nc8")
         # Shallow copies share the TensorImpl's extra metadata...
         assert get_meta(x.detach()) == "nc8"
@@ -276,7 +275,7 @@ class TestBackendMeta:
         assert get_meta(x + 1) is None
 
     def test_parameters_state_dict_and_checkpoint(self):
-        model = make_model().to(DEV)
+        model = make_model().to(DEVICE)
         set_meta(model[0].weight, "nc8")
         assert get_meta(model.state_dict()["0.weight"]) == "nc8"
         sd = round_trip(model.state_dict())
@@ -292,19 +291,19 @@ class TestBackendMeta:
         x = torch.randn(3, device="openreg:0")
         set_meta(x, "fmt-2.a")
         y = round_trip(x, map_location=map_location)
-        assert y.device.type == DEV
+        assert y.device.type == DEVICE
         assert get_meta(y) == "fmt-2.a"
 
     def test_dropped_when_loaded_to_cpu(self):
         # A CPU tensor has no backend hooks; the tag is simply not restored.
-        x = torch.randn(3, device=DEV)
+        x = torch.randn(3, device=DEVICE)
         set_meta(x, "nc8")
         y = round_trip(x, map_location="cpu")
         assert y.device.type == "cpu" and get_meta(y) is None
         assert torch.equal(y, x.cpu())
 
     def test_bad_arguments(self):
-        x = torch.zeros(2, device=DEV)
+        x = torch.zeros(2, device=DEVICE)
         with pytest.raises(ValueError, match="expected an openreg tensor, got a tensor on cpu"):
             set_meta(torch.zeros(2), "nc8")
         for bad in ["", "has space", "x" * 65, "slash/no"]:
@@ -315,7 +314,7 @@ class TestBackendMeta:
         assert get_meta(x) is None
 
     def test_unknown_metadata_in_checkpoint(self):
-        x = torch.zeros(2, device=DEV)
+        x = torch.zeros(2, device=DEVICE)
         with pytest.raises(RuntimeError, match="openreg: unknown backend metadata 'openreg_layout:z' in the checkpoint"):
             torch._utils.set_tensor_metadata(x, {"openreg_layout:z": True})
         with pytest.raises(RuntimeError, match="the checkpoint gives a tensor two formats"):

@@ -14,8 +14,6 @@ from hypothesis import given, settings, strategies as st
 from tests import target
 from tests.target import DEVICE, HW
 
-DEV = DEVICE
-
 
 def fresh():
     gc.collect()
@@ -60,8 +58,8 @@ class TestCaptureReplay:
     hw_classification = HW.ACCELERATOR
 
     def test_accelerator_graph_as_in_its_docstring(self):
-        x = torch.zeros(2000, device=DEV)
-        s = torch.Stream(device=DEV)
+        x = torch.zeros(2000, device=DEVICE)
+        s = torch.Stream(device=DEVICE)
         g = torch.accelerator.Graph()
         with s, g:
             x += 1
@@ -73,7 +71,7 @@ class TestCaptureReplay:
     def test_pointwise_matmul_reduction_inplace_equal_eager(self):
         torch.manual_seed(0)
         a_cpu, b_cpu, c_cpu = torch.randn(6, 5), torch.randn(5, 4), torch.randn(6, 4)
-        a, b, c = a_cpu.to(DEV), b_cpu.to(DEV), c_cpu.to(DEV)
+        a, b, c = a_cpu.to(DEVICE), b_cpu.to(DEVICE), c_cpu.to(DEVICE)
 
         def work(a, b, c):
             m = a @ b
@@ -95,7 +93,7 @@ class TestCaptureReplay:
     @given(n=st.integers(1, 40), m=st.integers(1, 7), k=st.floats(-3, 3, allow_nan=False))
     def test_pointwise_chains(self, n, m, k):
         x_cpu = torch.randn(n, m)
-        x = x_cpu.to(DEV)
+        x = x_cpu.to(DEVICE)
         g, y = capture(lambda: ((x + k) * x).relu().sqrt() - x.mean(0))
         g.replay()
         torch.testing.assert_close(y.cpu(), ((x_cpu + k) * x_cpu).relu().sqrt() - x_cpu.mean(0),
@@ -103,7 +101,7 @@ class TestCaptureReplay:
 
     @pytest.mark.openreg_only
     def test_keep_graph_instantiate_and_debug_dump(self, tmp_path):
-        x = torch.ones(4, device=DEV)
+        x = torch.ones(4, device=DEVICE)
         g = torch.openreg.OpenRegGraph(keep_graph=True)
         g.enable_debug_mode()
         with torch.openreg.graph(g):
@@ -117,7 +115,7 @@ class TestCaptureReplay:
         assert text.startswith("digraph") and "aten::mul" in text
 
     def test_replay_on_the_default_stream_orders_with_eager_work(self):
-        x = torch.zeros(64, device=DEV)
+        x = torch.zeros(64, device=DEVICE)
         g, _ = capture(lambda: x.add_(1))
         x.fill_(10)       # eager, on the default stream, before the replay
         g.replay()        # on the current (default) stream
@@ -125,7 +123,7 @@ class TestCaptureReplay:
         assert torch.equal(x.cpu(), torch.full((64,), 22.0))
 
     def test_replay_from_another_thread(self):
-        x = torch.zeros(8, device=DEV)
+        x = torch.zeros(8, device=DEVICE)
         g, y = capture(lambda: (x.add_(1), x * 10)[1])
         errors = []
 
@@ -145,7 +143,7 @@ class TestCaptureReplay:
         assert torch.equal(y.cpu(), torch.full((8,), 50.0))
 
     def test_fork_and_join_across_two_streams(self):
-        x = torch.ones(32, device=DEV)
+        x = torch.ones(32, device=DEVICE)
         side = target.device_module.Stream()
 
         def work():
@@ -164,7 +162,7 @@ class TestCaptureReplay:
 
     @pytest.mark.openreg_only
     def test_a_forked_stream_must_join_back(self):
-        x = torch.ones(32, device=DEV)
+        x = torch.ones(32, device=DEVICE)
         side = torch.openreg.Stream()
         g = torch.openreg.OpenRegGraph()
         with pytest.raises(RuntimeError, match="did not join back"):
@@ -198,7 +196,7 @@ class TestIllegalDuringCapture:
             "nonzero", "bool"])
     def test_fails_and_invalidates(self, call, match):
         fresh()
-        x = torch.ones(16, device=DEV)
+        x = torch.ones(16, device=DEVICE)
         g = torch.openreg.OpenRegGraph()
         with pytest.raises(RuntimeError, match=match) as info:
             with torch.openreg.graph(g):
@@ -213,7 +211,7 @@ class TestIllegalDuringCapture:
     def test_async_copies_with_pinned_memory_are_captured(self):
         host_in = torch.arange(16, dtype=torch.float32).pin_memory()
         host_out = torch.zeros(16).pin_memory()
-        x = torch.zeros(16, device=DEV)
+        x = torch.zeros(16, device=DEVICE)
 
         def work():
             x.copy_(host_in, non_blocking=True)
@@ -227,7 +225,7 @@ class TestIllegalDuringCapture:
     @pytest.mark.openreg_only
     def test_compiled_kernels_are_refused(self):
         f = torch.compile(lambda a: (a * 2).sin() + 1)
-        a = torch.randn(8, device=DEV)
+        a = torch.randn(8, device=DEVICE)
         f(a)
         g = torch.openreg.OpenRegGraph()
         with pytest.raises(RuntimeError, match="compiled kernel .* not permitted when stream "
@@ -238,8 +236,8 @@ class TestIllegalDuringCapture:
         torch.testing.assert_close(f(a).cpu(), (a.cpu() * 2).sin() + 1)
 
     def test_accelerator_graph_keywords(self):
-        x = torch.zeros(4, device=DEV)
-        s = torch.Stream(device=DEV)
+        x = torch.zeros(4, device=DEVICE)
+        s = torch.Stream(device=DEVICE)
         g1 = torch.accelerator.Graph(keep_graph=True, capture_error_mode="thread_local")
         with s, g1:
             x.add_(1)
@@ -253,7 +251,7 @@ class TestIllegalDuringCapture:
 
     @pytest.mark.openreg_only
     def test_thread_local_mode_allows_sync_from_another_thread(self):
-        x = torch.ones(4, device=DEV)
+        x = torch.ones(4, device=DEVICE)
         g = torch.openreg.OpenRegGraph()
         with torch.openreg.graph(g, capture_error_mode="thread_local"):
             x.add_(1)
@@ -266,7 +264,7 @@ class TestIllegalDuringCapture:
 
     @pytest.mark.openreg_only
     def test_global_mode_refuses_sync_from_another_thread(self):
-        x = torch.ones(4, device=DEV)
+        x = torch.ones(4, device=DEVICE)
         g = torch.openreg.OpenRegGraph()
         seen = []
         with pytest.raises(RuntimeError, match="invalidated: orDeviceSynchronize was called "
@@ -278,7 +276,7 @@ class TestIllegalDuringCapture:
         assert_invalidated(g)
 
     def test_relaxed_mode_allows_sync_from_another_thread(self):
-        x = torch.ones(4, device=DEV)
+        x = torch.ones(4, device=DEVICE)
         g = torch.accelerator.Graph()
         with target.device_module.graph(g, capture_error_mode="relaxed"):
             x.add_(1)
@@ -298,7 +296,7 @@ class TestIllegalDuringCapture:
         g = torch.openreg.OpenRegGraph()
         with pytest.raises(RuntimeError, match="not captured"):
             g.replay()
-        x = torch.zeros(4, device=DEV)
+        x = torch.zeros(4, device=DEVICE)
         with torch.openreg.graph(g):
             x.add_(1)
         with pytest.raises(RuntimeError, match="already been captured"):
@@ -312,7 +310,7 @@ class TestIllegalDuringCapture:
 
     @pytest.mark.openreg_only
     def test_debug_dump_needs_debug_mode(self, tmp_path):
-        g, _ = capture(lambda: torch.ones(2, device=DEV) * 2)
+        g, _ = capture(lambda: torch.ones(2, device=DEVICE) * 2)
         with pytest.raises(RuntimeError, match="enable_debug_mode"):
             g.debug_dump(str(tmp_path / "g.dot"))
 
@@ -327,7 +325,7 @@ class TestMemoryPools:
 
     def test_capture_allocates_from_the_graph_pool(self):
         fresh()
-        x = torch.ones(1024, device=DEV)
+        x = torch.ones(1024, device=DEVICE)
         g, y = capture(lambda: x * 2)
         pool = g.pool()
         segments = target.device_module.memory_snapshot()
@@ -341,7 +339,7 @@ class TestMemoryPools:
         fresh()
         reserved0 = target.device_module.memory_reserved()
         allocated0 = target.device_module.memory_allocated()
-        x = torch.ones(4096, device=DEV)
+        x = torch.ones(4096, device=DEVICE)
 
         def work():
             tmp = x * 3          # freed before the capture ends ...
@@ -360,7 +358,7 @@ class TestMemoryPools:
 
     def test_two_graphs_share_a_pool(self):
         fresh()
-        x = torch.ones(256, device=DEV)
+        x = torch.ones(256, device=DEVICE)
         g1, y1 = capture(lambda: x + 1)
         g2, y2 = capture(lambda: y1 * 10, pool=g1.pool())
         assert g2.pool() == g1.pool()
@@ -383,7 +381,7 @@ class TestMemoryPools:
     def test_graph_destruction_gives_the_pool_back(self):
         fresh()
         reserved0 = target.device_module.memory_reserved()
-        x = torch.ones(100_000, device=DEV)
+        x = torch.ones(100_000, device=DEVICE)
         g, y = capture(lambda: x.exp())
         del g, y, x
         fresh()
@@ -391,8 +389,8 @@ class TestMemoryPools:
 
     def test_a_thousand_replays_keep_memory_flat(self):
         fresh()
-        x = torch.randn(64, 64, device=DEV)
-        w = torch.randn(64, 64, device=DEV)
+        x = torch.randn(64, 64, device=DEVICE)
+        w = torch.randn(64, 64, device=DEVICE)
         g, y = capture(lambda: torch.relu(x @ w).softmax(dim=1).sum(0))
         g.replay()
         target.device_module.synchronize()
@@ -412,10 +410,10 @@ class TestRandomness:
 
     def test_each_replay_draws_new_numbers_reproducibly(self):
         def run():
-            g, (u, n, d) = capture(lambda: (torch.rand(64, device=DEV),
-                                            torch.randn(64, device=DEV),
+            g, (u, n, d) = capture(lambda: (torch.rand(64, device=DEVICE),
+                                            torch.randn(64, device=DEVICE),
                                             torch.nn.functional.dropout(
-                                                torch.ones(64, device=DEV), 0.5)))
+                                                torch.ones(64, device=DEVICE), 0.5)))
             target.device_module.manual_seed(1234)
             draws = []
             for _ in range(3):
@@ -431,22 +429,22 @@ class TestRandomness:
     def test_replays_continue_the_generator_stream(self):
         # A replay after seeding draws what eager code drawing the same
         # amount at that point of the stream would (the generator moves on).
-        g, u = capture(lambda: torch.rand(8, device=DEV))
+        g, u = capture(lambda: torch.rand(8, device=DEVICE))
         target.device_module.manual_seed(7)
         g.replay()
-        after_graph = torch.rand(8, device=DEV).cpu()
+        after_graph = torch.rand(8, device=DEVICE).cpu()
         target.device_module.manual_seed(7)
         g.replay()
-        assert torch.equal(torch.rand(8, device=DEV).cpu(), after_graph)
+        assert torch.equal(torch.rand(8, device=DEVICE).cpu(), after_graph)
         assert not torch.equal(u.cpu(), after_graph)
 
     @pytest.mark.parametrize("draw", [
-        lambda: torch.poisson(torch.full((6,), 4.0, device=DEV)),
-        lambda: torch.bernoulli(torch.full((64,), 0.5, device=DEV)),
-        lambda: torch.multinomial(torch.ones(50, device=DEV), 10),
-        lambda: torch.randint(0, 1000, (16,), device=DEV),
-        lambda: torch.randperm(32, device=DEV),
-        lambda: torch.empty(32, device=DEV).exponential_(),
+        lambda: torch.poisson(torch.full((6,), 4.0, device=DEVICE)),
+        lambda: torch.bernoulli(torch.full((64,), 0.5, device=DEVICE)),
+        lambda: torch.multinomial(torch.ones(50, device=DEVICE), 10),
+        lambda: torch.randint(0, 1000, (16,), device=DEVICE),
+        lambda: torch.randperm(32, device=DEVICE),
+        lambda: torch.empty(32, device=DEVICE).exponential_(),
     ], ids=["poisson", "bernoulli", "multinomial", "randint", "randperm", "exponential"])
     def test_random_operators(self, draw):
         g, out = capture(draw)
@@ -469,11 +467,11 @@ class TestRandomness:
 
     @pytest.mark.openreg_only
     def test_another_generator_is_refused(self):
-        gen = torch.Generator(device=DEV)
+        gen = torch.Generator(device=DEVICE)
         g = torch.openreg.OpenRegGraph()
         with pytest.raises(RuntimeError, match="does not capture"):
             with torch.openreg.graph(g):
-                torch.rand(4, device=DEV, generator=gen)
+                torch.rand(4, device=DEVICE, generator=gen)
 
 
 def _mlp(device):
@@ -498,11 +496,11 @@ class TestTraining:
             torch.nn.functional.mse_loss(ref(x), y).backward()
             opt.step()
 
-        model = _mlp(DEV)
+        model = _mlp(DEVICE)
         loss_fn = torch.nn.MSELoss()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        static_input = torch.randn(16, 12, device=DEV)
-        static_target = torch.randn(16, 3, device=DEV)
+        static_input = torch.randn(16, 12, device=DEVICE)
+        static_target = torch.randn(16, 3, device=DEVICE)
         initial = [p.detach().clone() for p in model.parameters()]
 
         s = target.device_module.Stream()
@@ -545,34 +543,34 @@ class TestTraining:
             torch.nn.functional.mse_loss(ref(x), y).backward()
             opt.step()
 
-        model = _mlp(DEV)
+        model = _mlp(DEVICE)
         graphed = target.device_module.make_graphed_callables(
-            model, (torch.randn(8, 12, device=DEV),))
+            model, (torch.randn(8, 12, device=DEVICE),))
         assert graphed is model
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         for x, y in data:
             opt.zero_grad()
-            torch.nn.functional.mse_loss(graphed(x.to(DEV)), y.to(DEV)).backward()
+            torch.nn.functional.mse_loss(graphed(x.to(DEVICE)), y.to(DEVICE)).backward()
             opt.step()
         for got, want in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6)
         # Outside the training mode it was graphed in, the module runs eagerly.
         model.eval()
         x = torch.randn(8, 12)
-        torch.testing.assert_close(model(x.to(DEV)).detach().cpu(), ref.eval()(x).detach(),
+        torch.testing.assert_close(model(x.to(DEVICE)).detach().cpu(), ref.eval()(x).detach(),
                                    rtol=1e-5, atol=1e-6)
 
     @pytest.mark.openreg_only
     def test_make_graphed_callables_for_functions_and_errors(self):
-        w = torch.randn(5, 5, device=DEV, requires_grad=True)
+        w = torch.randn(5, 5, device=DEVICE, requires_grad=True)
 
         def f(x):
             return (x @ w).sin()
 
-        gf = torch.openreg.make_graphed_callables(f, (torch.randn(3, 5, device=DEV,
+        gf = torch.openreg.make_graphed_callables(f, (torch.randn(3, 5, device=DEVICE,
                                                                   requires_grad=True),))
         x = torch.randn(3, 5, requires_grad=True)
-        xd = x.detach().to(DEV).requires_grad_()
+        xd = x.detach().to(DEVICE).requires_grad_()
         out = gf(xd)
         out.sum().backward()
         ref = (x @ w.detach().cpu()).sin()
@@ -581,10 +579,10 @@ class TestTraining:
         torch.testing.assert_close(xd.grad.cpu(), x.grad)
         with pytest.raises(TypeError, match="only contain tensors"):
             torch.openreg.make_graphed_callables(f, (3,))
-        m = torch.nn.Linear(2, 2).to(DEV)
+        m = torch.nn.Linear(2, 2).to(DEVICE)
         m.register_forward_hook(lambda *a: None)
         with pytest.raises(RuntimeError, match="hooks"):
-            torch.openreg.make_graphed_callables(m, (torch.randn(1, 2, device=DEV),))
+            torch.openreg.make_graphed_callables(m, (torch.randn(1, 2, device=DEVICE),))
 
 
 @pytest.mark.graphs
@@ -595,7 +593,7 @@ class TestTools:
     def test_profiler_shows_the_replay_and_its_kernels(self):
         from torch.profiler import ProfilerActivity, profile
 
-        x = torch.zeros(16, device=DEV)
+        x = torch.zeros(16, device=DEVICE)
         g, _ = capture(lambda: x.add_(1) * 3)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
             g.replay()
@@ -610,7 +608,7 @@ class TestTools:
     def test_stream_sanitizer_checks_replays(self):
         torch.openreg.set_stream_sanitizer(True)
         try:
-            x = torch.ones(4096, device=DEV)
+            x = torch.ones(4096, device=DEVICE)
             g, y = capture(lambda: x * 2)   # captured with the sanitizer on
             torch.openreg.synchronize()
             side = torch.openreg.Stream()

@@ -67,7 +67,6 @@ import torch
 from tests import target
 from tests.target import DEVICE
 
-DEV = DEVICE
 # The device samples are copied to: <device>:0 (the current device), or
 # <device>:1 for the "device1" variant. Set by on_device, inside which
 # run_group runs every sample (not at import: collecting the suite for a
@@ -291,16 +290,16 @@ def prepare(op, sample, fn, to_dev):
     args = [a if i in kept else _map(_map_device(a, to_dev), fn, memo) for i, a in enumerate(args)]
     kwargs = _map(_map_device(dict(sample.kwargs), to_dev), fn, memo)
     tensors = [v[1] for v in memo.values()]
-    moved = any(t.device.type == DEV for t in tensors) or (to_dev and _names_device(
+    moved = any(t.device.type == DEVICE for t in tensors) or (to_dev and _names_device(
         (_map_device(sample.input, True), args, _map_device(dict(sample.kwargs), True))))
     return Prepared(inp, tuple(args), kwargs, tensors, moved)
 
 
 def _names_device(obj):
     if isinstance(obj, torch.device):
-        return obj.type == DEV
+        return obj.type == DEVICE
     if isinstance(obj, str):
-        return obj.startswith(DEV)
+        return obj.startswith(DEVICE)
     if isinstance(obj, (list, tuple)):
         return any(_names_device(o) for o in obj)
     if isinstance(obj, dict):
@@ -381,7 +380,7 @@ def _close(dev, cpu, pol, what):
 
 def compare_tensor(dev, cpu, pol, what, strides=True, values=True):
     if not isinstance(dev, torch.Tensor):
-        raise Mismatch(f"{what}: CPU returned a tensor, {DEV} a {type(dev).__name__}")
+        raise Mismatch(f"{what}: CPU returned a tensor, {DEVICE} a {type(dev).__name__}")
     want = TARGET if cpu.device.type == "cpu" else cpu.device
     if dev.device != want:
         raise Mismatch(f"{what}: result on {dev.device}, expected a tensor on {want}")
@@ -411,8 +410,8 @@ def compare_aliasing(dev_out, cpu_out, dev_inputs, cpu_inputs):
         if ca != da:
             if ca and not da:
                 raise Mismatch(f"{path}: a view of input(s) {sorted(ca)} on the CPU, "
-                               f"a fresh tensor on {DEV}")
-            raise Mismatch(f"{path}: aliases input(s) {sorted(da)} on {DEV}, "
+                               f"a fresh tensor on {DEVICE}")
+            raise Mismatch(f"{path}: aliases input(s) {sorted(da)} on {DEVICE}, "
                            f"{sorted(ca)} on the CPU")
 
 
@@ -424,7 +423,7 @@ def compare_outputs(dev_out, cpu_out, pol):
         if isinstance(cv, torch.Tensor):
             compare_tensor(dv, cv, pol, path, values=pol.values)
         elif isinstance(dv, torch.Tensor):
-            raise Mismatch(f"{path}: {DEV} returned a tensor, CPU a {type(cv).__name__}")
+            raise Mismatch(f"{path}: {DEVICE} returned a tensor, CPU a {type(cv).__name__}")
         elif isinstance(cv, float) and isinstance(dv, float) and cv != cv and dv != dv:
             pass  # both NaN
         elif type(dv) is not type(cv) or (dv != cv and pol.values):
@@ -510,20 +509,20 @@ def _check_exceptions(cpu_exc, dev_exc, what):
     if cpu_exc is not None and dev_exc is not None:
         if type(cpu_exc) is not type(dev_exc):
             raise Mismatch(f"{what}: CPU raised {type(cpu_exc).__name__}: {_first(cpu_exc)}; "
-                           f"{DEV} raised {type(dev_exc).__name__}: {_first(dev_exc)}")
+                           f"{DEVICE} raised {type(dev_exc).__name__}: {_first(dev_exc)}")
         return True
     if dev_exc is not None:
-        raise Mismatch(f"{what}: {DEV} raised {type(dev_exc).__name__}: {_first(dev_exc)} "
+        raise Mismatch(f"{what}: {DEVICE} raised {type(dev_exc).__name__}: {_first(dev_exc)} "
                        f"(the CPU did not)")
     raise Mismatch(f"{what}: CPU raised {type(cpu_exc).__name__}: {_first(cpu_exc)} "
-                   f"({DEV} did not)")
+                   f"({DEVICE} did not)")
 
 
 def _prepare_both(op, sample):
     # openreg first: the CPU call may write its arguments.
     dev = prepare(op, sample, to_openreg, True)
     if not dev.moved:
-        raise NotApplicable(f"no {DEV} argument")
+        raise NotApplicable(f"no {DEVICE} argument")
     cpu = prepare(op, sample, to_cpu_copy, False)
     return dev, cpu
 
@@ -660,7 +659,7 @@ def run_backward(op, sample, pol):
     compare_outputs(dev_out, cpu_out, pol)
     cpu_g, dev_g = _grad_outputs(cpu_out), _grad_outputs(dev_out)
     if len(cpu_g) != len(dev_g):
-        raise Mismatch(f"{len(dev_g)} differentiable outputs on {DEV}, {len(cpu_g)} on the CPU")
+        raise Mismatch(f"{len(dev_g)} differentiable outputs on {DEVICE}, {len(cpu_g)} on the CPU")
     if not cpu_g:
         raise NotApplicable("no differentiable output")
     w = _weights(cpu_g)
@@ -679,7 +678,7 @@ def run_backward(op, sample, pol):
         return
     for i, (a, b) in enumerate(zip(dg, cg)):
         if (a is None) != (b is None):
-            raise Mismatch(f"grad of input {i}: {'None' if a is None else 'a tensor'} on {DEV}, "
+            raise Mismatch(f"grad of input {i}: {'None' if a is None else 'a tensor'} on {DEVICE}, "
                            f"{'None' if b is None else 'a tensor'} on the CPU")
         if a is not None:
             compare_tensor(a, b, pol, f"grad of input {i}", strides=False, values=not pol.random)
@@ -749,7 +748,7 @@ def _tensors_of(sample):
 def on_device(index):
     """Copy samples to openreg:<index> (the current device stays openreg:0)."""
     global TARGET
-    prev, TARGET = TARGET, torch.device(DEV, index)
+    prev, TARGET = TARGET, torch.device(DEVICE, index)
     try:
         yield
     finally:
@@ -827,7 +826,7 @@ def _run_group(op, group, *, values=True, random=False, limit=None, sample_skip=
             except Mismatch as e:
                 r.status, r.message = "fail", f"{vname}: {e}"
             except Unsupported as e:
-                r.status, r.message = "fail", f"{vname}: cannot move the sample to {DEV}: {e}"
+                r.status, r.message = "fail", f"{vname}: cannot move the sample to {DEVICE}: {e}"
             except Exception as e:  # noqa: BLE001 - a harness-level error is a failure too
                 tb = traceback.format_exc(limit=-3)
                 r.status, r.message = "fail", f"{vname}: {type(e).__name__}: {_first(e)}\n{tb}"

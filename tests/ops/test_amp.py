@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from tests import target
 from tests.target import DEVICE, HW, device
 
-DEV = DEVICE
 LOW_DTYPES = [torch.float16, torch.bfloat16]
 
 # Policies (names as in ATen's CastPolicy).
@@ -48,7 +47,7 @@ def cast_floats(x, dtype):
 
 
 def to_dev(x):
-    return tree_map(lambda t: t.to(DEV), x)
+    return tree_map(lambda t: t.to(DEVICE), x)
 
 
 # ---------------------------------------------------------------- inputs
@@ -226,7 +225,7 @@ def first_low(args, low):
 
 
 def run_autocast(fn, args, dtype):
-    with torch.autocast(DEV, dtype=dtype):
+    with torch.autocast(DEVICE, dtype=dtype):
         return fn(*to_dev(args))
 
 
@@ -234,7 +233,7 @@ def check(out, ref, expected_dtype, loose_ref=None, loose_tol=None):
     outs, refs = tensors(out), tensors(ref)
     assert len(outs) == len(refs)
     for o, r in zip(outs, refs):
-        assert o.device.type == DEV
+        assert o.device.type == DEVICE
         if r.is_floating_point():
             assert o.dtype == expected_dtype, (o.dtype, expected_dtype)
         torch.testing.assert_close(o.cpu(), r)
@@ -256,26 +255,26 @@ class TestAutocastQuick:
     hw_classification = HW.ACCELERATOR
 
     def test_availability_and_default_dtype(self):
-        assert torch.amp.is_autocast_available(DEV)
+        assert torch.amp.is_autocast_available(DEVICE)
         # CUDA's default: float16.
-        assert torch.get_autocast_dtype(DEV) == torch.float16
+        assert torch.get_autocast_dtype(DEVICE) == torch.float16
         assert target.device_module.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
         assert target.device_module.is_bf16_supported()
-        assert not torch.is_autocast_enabled(DEV)
+        assert not torch.is_autocast_enabled(DEVICE)
 
     @pytest.mark.parametrize("dtype", LOW_DTYPES, ids=str)
     def test_linear_softmax_cat(self, dtype):
-        x = torch.randn(4, 8, device=DEV)
-        lin = nn.Linear(8, 3).to(DEV)
-        with torch.autocast(DEV, dtype=dtype):
-            assert torch.is_autocast_enabled(DEV)
-            assert torch.get_autocast_dtype(DEV) == dtype
+        x = torch.randn(4, 8, device=DEVICE)
+        lin = nn.Linear(8, 3).to(DEVICE)
+        with torch.autocast(DEVICE, dtype=dtype):
+            assert torch.is_autocast_enabled(DEVICE)
+            assert torch.get_autocast_dtype(DEVICE) == dtype
             y = lin(x)
             p = y.softmax(-1)
             c = torch.cat([y, x[:, :3]])
         assert (y.dtype, p.dtype, c.dtype) == (dtype, torch.float32, torch.float32)
-        assert not torch.is_autocast_enabled(DEV)
-        assert torch.get_autocast_dtype(DEV) == torch.float16
+        assert not torch.is_autocast_enabled(DEVICE)
+        assert torch.get_autocast_dtype(DEVICE) == torch.float16
         ref = F.linear(x.cpu().to(dtype), lin.weight.detach().cpu().to(dtype), lin.bias.detach().cpu().to(dtype))
         torch.testing.assert_close(y.cpu(), ref)
         torch.testing.assert_close(p.cpu(), ref.float().softmax(-1))
@@ -318,9 +317,9 @@ class TestAutocastPolicy:
         torch.manual_seed(0)
         m = (nn.LSTMCell if cell == "lstm" else nn.GRUCell)(4, 3)
         x = torch.randn(2, 4)
-        dev_m = copy.deepcopy(m).to(DEV)
-        with torch.autocast(DEV):
-            out = dev_m(x.to(DEV))
+        dev_m = copy.deepcopy(m).to(DEVICE)
+        with torch.autocast(DEVICE):
+            out = dev_m(x.to(DEVICE))
         with torch.autocast("cpu", dtype=torch.float16):
             ref = m(x.half())
         for o, r in zip(tensors(out), tensors(ref)):
@@ -375,30 +374,30 @@ class TestAutocastPolicy:
         x = torch.randn(5, dtype=torch.float16)
         with torch.autocast("cpu", dtype=torch.float16):
             assert torch.exp(x).dtype == torch.float16     # not on the CPU's fp32 list
-        with torch.autocast(DEV, dtype=torch.float16):
-            assert torch.exp(x.to(DEV)).dtype == torch.float32   # on CUDA's
-            a, b = torch.randn(3, 4, device=DEV), torch.randn(4, device=DEV)
+        with torch.autocast(DEVICE, dtype=torch.float16):
+            assert torch.exp(x.to(DEVICE)).dtype == torch.float32   # on CUDA's
+            a, b = torch.randn(3, 4, device=DEVICE), torch.randn(4, device=DEVICE)
             assert torch.mv(a, b).dtype == torch.float16     # CUDA-only lower-precision op
 
     def test_explicit_dtype_argument_is_respected(self):
-        x = torch.randn(3, 4, device=DEV, dtype=torch.float16)
-        with torch.autocast(DEV):
+        x = torch.randn(3, 4, device=DEVICE, dtype=torch.float16)
+        with torch.autocast(DEVICE):
             assert torch.softmax(x, -1, dtype=torch.float16).dtype == torch.float16
             assert x.sum(dtype=torch.float64).dtype == torch.float64
             assert torch.softmax(x, -1).dtype == torch.float32
 
     def test_ineligible_inputs_are_not_cast(self):
-        a64 = torch.randn(3, 3, dtype=torch.float64, device=DEV)
+        a64 = torch.randn(3, 3, dtype=torch.float64, device=DEVICE)
         cpu = torch.randn(3, 3)
-        i = torch.ones(3, 3, dtype=torch.int64, device=DEV)
-        with torch.autocast(DEV):
+        i = torch.ones(3, 3, dtype=torch.int64, device=DEVICE)
+        with torch.autocast(DEVICE):
             assert torch.mm(a64, a64).dtype == torch.float64   # float64 is never autocast
             assert torch.mm(cpu, cpu).dtype == torch.float32    # CPU tensors: not this autocast
             assert torch.mm(i, i).dtype == torch.int64
 
     def test_binary_cross_entropy_is_refused_like_cuda(self):
-        p, t = torch.rand(4, device=DEV), torch.rand(4, device=DEV)
-        with torch.autocast(DEV):
+        p, t = torch.rand(4, device=DEVICE), torch.rand(4, device=DEVICE)
+        with torch.autocast(DEVICE):
             with pytest.raises(RuntimeError, match="binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast"):
                 F.binary_cross_entropy(p, t)
         F.binary_cross_entropy(p, t)  # fine outside autocast
@@ -406,19 +405,19 @@ class TestAutocastPolicy:
     def test_backward_under_autocast_gives_fp32_grads_like_cpu(self):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
-        dev_model = copy.deepcopy(model).to(DEV)
+        dev_model = copy.deepcopy(model).to(DEVICE)
         x, y = torch.randn(5, 6), torch.randn(5, 2)
         # linear (low) and mse_loss (fp32) are on both CPU's and CUDA's lists.
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = F.mse_loss(model(x), y)
-        with torch.autocast(DEV, dtype=torch.bfloat16):
-            dev_loss = F.mse_loss(dev_model(x.to(DEV)), y.to(DEV))
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            dev_loss = F.mse_loss(dev_model(x.to(DEVICE)), y.to(DEVICE))
         assert dev_loss.dtype == torch.float32
         loss.backward()
         dev_loss.backward()
         torch.testing.assert_close(dev_loss.cpu(), loss)
         for p, pd in zip(model.parameters(), dev_model.parameters()):
-            assert pd.grad.dtype == torch.float32 and pd.grad.device.type == DEV
+            assert pd.grad.dtype == torch.float32 and pd.grad.device.type == DEVICE
             torch.testing.assert_close(pd.grad.cpu(), p.grad)
 
 
@@ -427,57 +426,57 @@ class TestAutocastContext:
     hw_classification = HW.ACCELERATOR
 
     def test_nested_and_disabled(self):
-        a = torch.randn(3, 3, device=DEV)
-        with torch.autocast(DEV):
+        a = torch.randn(3, 3, device=DEVICE)
+        with torch.autocast(DEVICE):
             assert (a @ a).dtype == torch.float16
-            with torch.autocast(DEV, enabled=False):
-                assert not torch.is_autocast_enabled(DEV)
+            with torch.autocast(DEVICE, enabled=False):
+                assert not torch.is_autocast_enabled(DEVICE)
                 assert (a @ a).dtype == torch.float32
-                with torch.autocast(DEV, dtype=torch.bfloat16):
+                with torch.autocast(DEVICE, dtype=torch.bfloat16):
                     assert (a @ a).dtype == torch.bfloat16
                 assert (a @ a).dtype == torch.float32
             assert (a @ a).dtype == torch.float16
-            assert torch.get_autocast_dtype(DEV) == torch.float16
+            assert torch.get_autocast_dtype(DEVICE) == torch.float16
         assert (a @ a).dtype == torch.float32
-        assert not torch.is_autocast_enabled(DEV)
+        assert not torch.is_autocast_enabled(DEVICE)
 
     def test_cpu_and_openreg_autocast_are_independent(self):
-        a, c = torch.randn(3, 3, device=DEV), torch.randn(3, 3)
+        a, c = torch.randn(3, 3, device=DEVICE), torch.randn(3, 3)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert (a @ a).dtype == torch.float32
             assert (c @ c).dtype == torch.bfloat16
-            assert not torch.is_autocast_enabled(DEV)
-        with torch.autocast(DEV):
+            assert not torch.is_autocast_enabled(DEVICE)
+        with torch.autocast(DEVICE):
             assert (c @ c).dtype == torch.float32
             assert not torch.is_autocast_enabled("cpu")
 
     def test_decorator_and_exception_restore_state(self):
-        @torch.autocast(DEV, dtype=torch.bfloat16)
+        @torch.autocast(DEVICE, dtype=torch.bfloat16)
         def f(x):
             return x @ x
 
-        assert f(torch.randn(2, 2, device=DEV)).dtype == torch.bfloat16
+        assert f(torch.randn(2, 2, device=DEVICE)).dtype == torch.bfloat16
         with pytest.raises(ValueError, match="boom"):
-            with torch.autocast(DEV):
+            with torch.autocast(DEVICE):
                 raise ValueError("boom")
-        assert not torch.is_autocast_enabled(DEV)
+        assert not torch.is_autocast_enabled(DEVICE)
 
     def test_custom_fwd_casts_inputs(self):
         class Square(torch.autograd.Function):
             @staticmethod
-            @torch.amp.custom_fwd(device_type=DEV, cast_inputs=torch.float32)
+            @torch.amp.custom_fwd(device_type=DEVICE, cast_inputs=torch.float32)
             def forward(ctx, x):
                 ctx.save_for_backward(x)
                 return x * x
 
             @staticmethod
-            @torch.amp.custom_bwd(device_type=DEV)
+            @torch.amp.custom_bwd(device_type=DEVICE)
             def backward(ctx, g):
                 (x,) = ctx.saved_tensors
                 return 2 * x * g
 
-        x = torch.randn(4, device=DEV, dtype=torch.float16, requires_grad=True)
-        with torch.autocast(DEV):
+        x = torch.randn(4, device=DEVICE, dtype=torch.float16, requires_grad=True)
+        with torch.autocast(DEVICE):
             y = Square.apply(x)
             assert y.dtype == torch.float32
         y.sum().backward()
@@ -485,10 +484,10 @@ class TestAutocastContext:
 
     @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.int32])
     def test_unsupported_dtype_warns_and_disables(self, dtype):
-        a = torch.randn(3, 3, device=DEV)
+        a = torch.randn(3, 3, device=DEVICE)
         with pytest.warns(UserWarning) as record:
-            with torch.autocast(DEV, dtype=dtype):
-                assert not torch.is_autocast_enabled(DEV)
+            with torch.autocast(DEVICE, dtype=dtype):
+                assert not torch.is_autocast_enabled(DEVICE)
                 assert (a @ a).dtype == torch.float32
                 assert torch.softmax(a.half(), -1).dtype == torch.float16
         messages = [str(w.message) for w in record]
@@ -497,7 +496,7 @@ class TestAutocastContext:
             and f"{DEVICE} Autocast only supports dtypes of torch.float16, torch.bfloat16" in m
             for m in messages
         ), messages
-        assert torch.get_autocast_dtype(DEV) == torch.float16
+        assert torch.get_autocast_dtype(DEVICE) == torch.float16
 
     def test_unknown_device_type(self):
         with pytest.raises(RuntimeError, match=f"Invalid device string: '{DEVICE}2'"):
@@ -544,14 +543,14 @@ class TestGradScaler:
     hw_classification = HW.ACCELERATOR
 
     def test_scale_and_unscale(self):
-        scaler = torch.amp.GradScaler(DEV, init_scale=1024.0)
+        scaler = torch.amp.GradScaler(DEVICE, init_scale=1024.0)
         assert scaler.get_scale() == 1024.0   # before any step: the initial scale
-        loss = torch.tensor(0.5, device=DEV)
+        loss = torch.tensor(0.5, device=DEVICE)
         scaled = scaler.scale(loss)
-        assert scaled.device.type == DEV and scaled.item() == 512.0
-        w = torch.ones(3, device=DEV, requires_grad=True)
+        assert scaled.device.type == DEVICE and scaled.item() == 512.0
+        w = torch.ones(3, device=DEVICE, requires_grad=True)
         opt = torch.optim.SGD([w], lr=1.0)
-        scaler.scale((w * torch.tensor([1.0, 2.0, 3.0], device=DEV)).sum()).backward()
+        scaler.scale((w * torch.tensor([1.0, 2.0, 3.0], device=DEVICE)).sum()).backward()
         assert w.grad.cpu().tolist() == [1024.0, 2048.0, 3072.0]
         scaler.unscale_(opt)
         assert w.grad.cpu().tolist() == [1.0, 2.0, 3.0]
@@ -563,14 +562,14 @@ class TestGradScaler:
         assert isinstance(scaler.get_scale(), float)
 
     def test_scale_state_lives_on_the_device(self):
-        scaler = torch.amp.GradScaler(DEV)
+        scaler = torch.amp.GradScaler(DEVICE)
         scaler.scale(torch.ones((), device=device(1)))
         assert scaler._scale.device == torch.device(DEVICE, 1)
         assert scaler._growth_tracker.dtype == torch.int32
 
     @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
     def test_non_finite_grad_skips_step_and_backs_off(self, bad):
-        trace = scaler_loop(DEV, 3, poison={1: bad}, init_scale=256.0, backoff_factor=0.25)
+        trace = scaler_loop(DEVICE, 3, poison={1: bad}, init_scale=256.0, backoff_factor=0.25)
         scales = [t[1] for t in trace]
         skipped = [t[2] for t in trace]
         assert skipped == [False, True, False]
@@ -580,13 +579,13 @@ class TestGradScaler:
             assert torch.isfinite(p_after).all()
 
     def test_growth_after_growth_interval(self):
-        trace = scaler_loop(DEV, 5, init_scale=8.0, growth_factor=2.0, growth_interval=2)
+        trace = scaler_loop(DEVICE, 5, init_scale=8.0, growth_factor=2.0, growth_interval=2)
         assert [t[1] for t in trace] == [8.0, 16.0, 16.0, 32.0, 32.0]
         assert not any(t[2] for t in trace)
 
     def test_disabled_scaler(self):
-        scaler = torch.amp.GradScaler(DEV, enabled=False)
-        loss = torch.tensor(3.0, device=DEV)
+        scaler = torch.amp.GradScaler(DEVICE, enabled=False)
+        loss = torch.tensor(3.0, device=DEVICE)
         assert scaler.scale(loss) is loss
         assert scaler.get_scale() == 1.0
         assert not scaler.is_enabled()
@@ -594,7 +593,7 @@ class TestGradScaler:
     def test_loop_matches_cpu_step_for_step(self):
         kw = dict(init_scale=2.0 ** 12, growth_interval=3)
         poison = {2: float("inf"), 5: float("nan")}
-        dev = scaler_loop(DEV, 8, poison=poison, **kw)
+        dev = scaler_loop(DEVICE, 8, poison=poison, **kw)
         cpu = scaler_loop("cpu", 8, poison=poison, **kw)
         assert [t[2] for t in dev] == [False, False, True, False, False, True, False, False]
         for step, (d, c) in enumerate(zip(dev, cpu)):
@@ -609,7 +608,7 @@ class TestGradScaler:
         # Linear (low precision) and mse_loss (fp32) have the same policy on
         # the CPU's and CUDA's lists, so the two loops compute the same thing.
         poison = {3: float("inf")}
-        dev = scaler_loop(DEV, 6, autocast_dtype=dtype, poison=poison, init_scale=2.0 ** 10)
+        dev = scaler_loop(DEVICE, 6, autocast_dtype=dtype, poison=poison, init_scale=2.0 ** 10)
         cpu = scaler_loop("cpu", 6, autocast_dtype=dtype, poison=poison, init_scale=2.0 ** 10)
         for step, (d, c) in enumerate(zip(dev, cpu)):
             assert (d[1], d[2]) == (c[1], c[2]), f"step {step}"
@@ -620,7 +619,7 @@ class TestGradScaler:
 
     @pytest.mark.parametrize("opt_kwargs", [dict(foreach=True), dict(foreach=False)], ids=["foreach", "for-loop"])
     def test_optimizer_implementations(self, opt_kwargs):
-        dev = scaler_loop(DEV, 4, poison={1: float("inf")}, opt_kwargs=opt_kwargs)
+        dev = scaler_loop(DEVICE, 4, poison={1: float("inf")}, opt_kwargs=opt_kwargs)
         cpu = scaler_loop("cpu", 4, poison={1: float("inf")}, opt_kwargs=opt_kwargs)
         assert [t[2] for t in dev] == [False, True, False, False]
         for d, c in zip(dev, cpu):
@@ -632,7 +631,7 @@ class TestGradScaler:
         # Fused optimizers take the scale and found_inf tensors themselves
         # (_step_supports_amp_scaling); openreg runs the CPU's fused kernel.
         results = {}
-        for device in (DEV, "cpu"):
+        for device in (DEVICE, "cpu"):
             model = mlp().to(device)
             opt = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
             scaler = torch.amp.GradScaler(device, init_scale=128.0)
@@ -650,16 +649,16 @@ class TestGradScaler:
                 scales.append(scaler.get_scale())
             results[device] = (scales, [p.detach().cpu() for p in model.parameters()],
                                opt.state[model[0].weight]["step"].item())
-        assert results[DEV][0] == results["cpu"][0] == [128.0, 64.0, 64.0, 64.0]
-        assert results[DEV][2] == results["cpu"][2] == 3.0  # the skipped step is not counted
-        for pd, pc in zip(results[DEV][1], results["cpu"][1]):
+        assert results[DEVICE][0] == results["cpu"][0] == [128.0, 64.0, 64.0, 64.0]
+        assert results[DEVICE][2] == results["cpu"][2] == 3.0  # the skipped step is not counted
+        for pd, pc in zip(results[DEVICE][1], results["cpu"][1]):
             torch.testing.assert_close(pd, pc, rtol=1e-5, atol=1e-6)
 
     def test_state_dict_round_trip(self):
-        trace_scaler = torch.amp.GradScaler(DEV, init_scale=32.0, growth_interval=7)
-        trace_scaler.scale(torch.ones((), device=DEV))
+        trace_scaler = torch.amp.GradScaler(DEVICE, init_scale=32.0, growth_interval=7)
+        trace_scaler.scale(torch.ones((), device=DEVICE))
         state = trace_scaler.state_dict()
         assert state["scale"] == 32.0 and state["growth_interval"] == 7
-        other = torch.amp.GradScaler(DEV)
+        other = torch.amp.GradScaler(DEVICE)
         other.load_state_dict(state)
         assert other.get_scale() == 32.0 and other.get_growth_interval() == 7

@@ -10,8 +10,6 @@ from torch.autograd import gradcheck
 from tests import target
 from tests.target import DEVICE, HW, device
 
-DEV = DEVICE
-
 
 @pytest.mark.ops
 class TestAutogradEngine:
@@ -19,7 +17,7 @@ class TestAutogradEngine:
 
     def test_backward_runs_on_a_device_thread(self):
         seen = {}
-        x = torch.randn(4, device=DEV, requires_grad=True)
+        x = torch.randn(4, device=DEVICE, requires_grad=True)
         y = x * 2
         y.register_hook(lambda g: seen.update(device=threading.get_ident()))
         y.sum().backward()
@@ -54,7 +52,7 @@ class TestAutogradEngine:
         torch.testing.assert_close(c.grad.cpu(), c.detach().cpu().cos())
 
     def test_backward_waits_for_streams(self):
-        x = torch.randn(100, device=DEV, requires_grad=True)
+        x = torch.randn(100, device=DEVICE, requires_grad=True)
         s = target.device_module.Stream()
         with target.device_module.stream(s):
             y = (x * 3).sum()
@@ -62,7 +60,7 @@ class TestAutogradEngine:
         torch.testing.assert_close(x.grad.cpu(), torch.full((100,), 3.0))
 
     def test_autograd_grad_and_double_backward(self):
-        x = torch.randn(6, device=DEV, requires_grad=True)
+        x = torch.randn(6, device=DEVICE, requires_grad=True)
         y = (x ** 3).sum()
         (g,) = torch.autograd.grad(y, x, create_graph=True)
         (gg,) = torch.autograd.grad(g.sum(), x)
@@ -71,7 +69,7 @@ class TestAutogradEngine:
 
 def d64(*shape, requires_grad=True):
     g = torch.Generator().manual_seed(sum(shape) + len(shape))
-    return torch.randn(*shape, dtype=torch.float64, generator=g).to(DEV).requires_grad_(requires_grad)
+    return torch.randn(*shape, dtype=torch.float64, generator=g).to(DEVICE).requires_grad_(requires_grad)
 
 
 GRADCHECK_CASES = {
@@ -89,13 +87,13 @@ GRADCHECK_CASES = {
     "gelu_tanh": lambda: (lambda x: F.gelu(x, approximate="tanh"), (d64(7),)),
     "silu_sigmoid_tanh": lambda: (lambda x: F.silu(x) + x.sigmoid() * x.tanh(), (d64(7),)),
     "pow_exp_log": lambda: (lambda x: (x.abs() + 1).log() * x.exp() + x.pow(2), (d64(6),)),
-    "embedding": lambda: (lambda w: F.embedding(torch.tensor([[0, 2], [3, 2]], device=DEV), w), (d64(4, 3),)),
-    "index_and_gather": lambda: (lambda x: x[torch.tensor([2, 0], device=DEV)].sum(0) + x.gather(1, torch.zeros(4, 1, dtype=torch.long, device=DEV)).sum(), (d64(4, 3),)),
-    "index_put": lambda: (lambda x, v: x.index_put((torch.tensor([1, 3], device=DEV),), v), (d64(4, 2), d64(2, 2))),
+    "embedding": lambda: (lambda w: F.embedding(torch.tensor([[0, 2], [3, 2]], device=DEVICE), w), (d64(4, 3),)),
+    "index_and_gather": lambda: (lambda x: x[torch.tensor([2, 0], device=DEVICE)].sum(0) + x.gather(1, torch.zeros(4, 1, dtype=torch.long, device=DEVICE)).sum(), (d64(4, 3),)),
+    "index_put": lambda: (lambda x, v: x.index_put((torch.tensor([1, 3], device=DEVICE),), v), (d64(4, 2), d64(2, 2))),
     "cat_stack_split": lambda: (lambda a, b: torch.cat([a, b]).split(2)[1] + torch.stack([a, b]).sum(0)[:2], (d64(3, 2), d64(3, 2))),
     "reductions": lambda: (lambda x: x.sum(1) + x.mean(1) + x.amax(1) + x.std(1) + x.norm(dim=1), (d64(3, 4),)),
     "max_pool_avg_pool": lambda: (lambda x: F.max_pool2d(x, 2) + F.avg_pool2d(x, 2), (d64(1, 1, 4, 4),)),
-    "cross_entropy": lambda: (lambda x: F.cross_entropy(x, torch.tensor([1, 0, 2], device=DEV)), (d64(3, 4),)),
+    "cross_entropy": lambda: (lambda x: F.cross_entropy(x, torch.tensor([1, 0, 2], device=DEVICE)), (d64(3, 4),)),
     "mse_smooth_l1": lambda: (lambda x, y: F.mse_loss(x, y) + F.smooth_l1_loss(x, y), (d64(5), d64(5))),
     "where_clamp": lambda: (lambda x: torch.where(x > 0, x, x * 0.1).clamp(-1, 1), (d64(8),)),
     "views": lambda: (lambda x: x.t().reshape(-1)[1:5].unsqueeze(0).expand(2, 4).flip(0), (d64(3, 4),)),
@@ -125,10 +123,10 @@ class TestRecurrent:
 
         torch.manual_seed(0)
         m = cls(4, 5, num_layers=2, batch_first=True, bidirectional=True)
-        md = copy.deepcopy(m).to(DEV)
+        md = copy.deepcopy(m).to(DEVICE)
         x = torch.randn(3, 6, 4)
         y, _ = m(x)
-        yd, _ = md(x.to(DEV))
+        yd, _ = md(x.to(DEVICE))
         torch.testing.assert_close(yd.cpu(), y)
         y.square().sum().backward()
         yd.square().sum().backward()
@@ -138,7 +136,7 @@ class TestRecurrent:
     @pytest.mark.parametrize("cell", ["lstm", "gru"])
     def test_cell_gradcheck(self, cell):
         torch.manual_seed(0)
-        m = (torch.nn.LSTMCell if cell == "lstm" else torch.nn.GRUCell)(3, 2).double().to(DEV)
+        m = (torch.nn.LSTMCell if cell == "lstm" else torch.nn.GRUCell)(3, 2).double().to(DEVICE)
         x, h = d64(2, 3), d64(2, 2)
         if cell == "lstm":
             c = d64(2, 2)
@@ -149,6 +147,6 @@ class TestRecurrent:
 
     @pytest.mark.openreg_only  # the message is openreg's own (its fused-cell kernels)
     def test_fused_cell_shape_errors(self):
-        g = torch.randn(2, 8, device=DEV)
+        g = torch.randn(2, 8, device=DEVICE)
         with pytest.raises(RuntimeError, match="gates must be \\[batch, 4 \\* hidden\\]"):
-            torch.ops.aten._thnn_fused_lstm_cell(g, g, torch.randn(2, 3, device=DEV))
+            torch.ops.aten._thnn_fused_lstm_cell(g, g, torch.randn(2, 3, device=DEVICE))

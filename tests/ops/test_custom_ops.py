@@ -12,8 +12,6 @@ from torch.library import opcheck
 
 from tests.target import DEVICE, HW
 
-DEV = DEVICE
-
 # opcheck's test_autograd_registration only knows CPU/CUDA/XPU tensors
 # (NotImplementedError otherwise); the registration is device-independent
 # and is checked with CPU inputs.
@@ -23,7 +21,7 @@ OPCHECK_OPENREG = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"
 def opcheck_everywhere(op, make_args, kwargs=None):
     """opcheck with CPU inputs (all checks) and device inputs."""
     opcheck(op, make_args("cpu"), kwargs and kwargs("cpu"))
-    opcheck(op, make_args(DEV), kwargs and kwargs(DEV), test_utils=OPCHECK_OPENREG)
+    opcheck(op, make_args(DEVICE), kwargs and kwargs(DEVICE), test_utils=OPCHECK_OPENREG)
 
 
 def rand(*shape, dtype=torch.float32, seed=0, device="cpu", requires_grad=False):
@@ -36,7 +34,7 @@ def rand(*shape, dtype=torch.float32, seed=0, device="cpu", requires_grad=False)
 
 
 def assert_same(dev, cpu, **tol):
-    assert dev.device.type == DEV
+    assert dev.device.type == DEVICE
     assert dev.dtype == cpu.dtype and dev.shape == cpu.shape
     torch.testing.assert_close(dev.cpu(), cpu, **tol)
 
@@ -74,13 +72,13 @@ class TestFusedBiasGeluQuick:
 
     def test_forward_backward_match_cpu(self):
         x, b = rand(4, 16), rand(16, seed=1)
-        xd, bd = x.to(DEV).requires_grad_(), b.to(DEV).requires_grad_()
+        xd, bd = x.to(DEVICE).requires_grad_(), b.to(DEVICE).requires_grad_()
         xc, bc = x.clone().requires_grad_(), b.clone().requires_grad_()
         y = self.ops.fused_bias_gelu(xd, bd)
         ref = F.gelu(xc + bc)
         assert_same(y, ref.detach())
         grad = rand(4, 16, seed=2)
-        y.backward(grad.to(DEV))
+        y.backward(grad.to(DEVICE))
         ref.backward(grad)
         assert_same(xd.grad, xc.grad)
         assert_same(bd.grad, bc.grad)
@@ -102,11 +100,11 @@ class TestFusedBiasGelu:
         # rounds x + b to the dtype first.
         ref = F.gelu((x.double() + b.double())).to(dtype)
         torch.testing.assert_close(cpu, ref, **loose(dtype))
-        assert_same(self.ops.fused_bias_gelu(x.to(DEV), b.to(DEV)), cpu, rtol=0, atol=0)
+        assert_same(self.ops.fused_bias_gelu(x.to(DEVICE), b.to(DEVICE)), cpu, rtol=0, atol=0)
 
     def test_non_contiguous_input(self):
         x, b = rand(6, 4).t(), rand(6, seed=1)
-        y = self.ops.fused_bias_gelu(x.to(DEV), b.to(DEV))
+        y = self.ops.fused_bias_gelu(x.to(DEVICE), b.to(DEVICE))
         assert y.is_contiguous()
         assert_same(y, F.gelu(x + b))
 
@@ -116,13 +114,13 @@ class TestFusedBiasGelu:
         grad = rand(3, 5, 6, dtype=dtype, seed=2)
         xc, bc = x.clone().requires_grad_(), b.clone().requires_grad_()
         F.gelu(xc + bc).backward(grad)
-        xd, bd = x.to(DEV).requires_grad_(), b.to(DEV).requires_grad_()
-        self.ops.fused_bias_gelu(xd, bd).backward(grad.to(DEV))
+        xd, bd = x.to(DEVICE).requires_grad_(), b.to(DEVICE).requires_grad_()
+        self.ops.fused_bias_gelu(xd, bd).backward(grad.to(DEVICE))
         assert_same(xd.grad, xc.grad, **loose(dtype))
         assert_same(bd.grad, bc.grad, **(dict(atol=0.1, rtol=2e-2) if dtype == torch.bfloat16 else {}))
         assert xd.grad.device == xd.device  # the backward op ran on the device
 
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_gradcheck(self, device):
         x = rand(3, 4, dtype=torch.float64, device=device, requires_grad=True)
         b = rand(4, dtype=torch.float64, seed=1, device=device, requires_grad=True)
@@ -140,15 +138,15 @@ class TestFusedBiasGelu:
         def mlp(x, w, b):
             return self.ops.fused_bias_gelu(x @ w, b).sum(-1)
 
-        compiled_matches_eager(mlp, rand(4, 8, device=DEV, requires_grad=True),
-                               rand(8, 6, seed=1, device=DEV, requires_grad=True),
-                               rand(6, seed=2, device=DEV, requires_grad=True))
+        compiled_matches_eager(mlp, rand(4, 8, device=DEVICE, requires_grad=True),
+                               rand(8, 6, seed=1, device=DEVICE, requires_grad=True),
+                               rand(6, seed=2, device=DEVICE, requires_grad=True))
 
     def test_meta_and_fake(self):
         y = self.ops.fused_bias_gelu(torch.empty(2, 3, 5, device="meta"), torch.empty(5, device="meta"))
         assert y.shape == (2, 3, 5) and y.device.type == "meta"
 
-    @pytest.mark.parametrize("device", ["cpu", DEV, "meta"])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE, "meta"])
     def test_bad_input(self, device):
         x = torch.zeros(3, 4, device=device)
         with pytest.raises(ValueError, match=r"bias must be 1-D with x.size\(-1\) = 4 elements, got shape \[3\]"):
@@ -164,10 +162,10 @@ class TestFusedBiasGelu:
 
     def test_device_mismatch(self):
         with pytest.raises(RuntimeError, match="x and bias must be on the same device, got x on openreg:0 and bias on cpu"):
-            self.ops.fused_bias_gelu(torch.zeros(3, 4, device=DEV), torch.zeros(4))
+            self.ops.fused_bias_gelu(torch.zeros(3, 4, device=DEVICE), torch.zeros(4))
         if torch.openreg.device_count() > 1:
             with pytest.raises(RuntimeError, match="bias on openreg:1"):
-                self.ops.fused_bias_gelu(torch.zeros(3, 4, device=DEV), torch.zeros(4, device="openreg:1"))
+                self.ops.fused_bias_gelu(torch.zeros(3, 4, device=DEVICE), torch.zeros(4, device="openreg:1"))
 
     def test_runs_on_the_tensors_device(self):
         if torch.openreg.device_count() < 2:
@@ -202,7 +200,7 @@ class TestScaledAddStructured:
         return rand(*spec["shape"], dtype=spec.get("dtype", torch.float32), seed=seed, device=device)
 
     @pytest.mark.parametrize("case", range(len(CASES)))
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_functional(self, case, device):
         a, b, alpha = self.CASES[case]
         x, y = self.make(a, 0), self.make(b, 1)
@@ -219,7 +217,7 @@ class TestScaledAddStructured:
         expected = torch.add(x, y, alpha=alpha)
         assert m.device.type == "meta" and m.shape == expected.shape and m.dtype == expected.dtype
 
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_out_variant(self, device, capfd):
         x, y = rand(3, 4, device=device), rand(4, seed=1, device=device)
         expected = torch.add(x.cpu(), y.cpu(), alpha=2.0)
@@ -253,7 +251,7 @@ class TestScaledAddStructured:
         self.ops.scaled_add.out(x, y, 2.0, out=base.t())
         torch.testing.assert_close(base.t().cpu(), expected)
 
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_inplace_variant(self, device):
         x, y = rand(3, 4, device=device), rand(4, seed=1, device=device)
         expected = torch.add(x.cpu(), y.cpu(), alpha=-0.5)
@@ -267,7 +265,7 @@ class TestScaledAddStructured:
         self.ops.scaled_add_(z, z, 2.0)
         torch.testing.assert_close(z.cpu(), expected)
 
-    @pytest.mark.parametrize("device", ["cpu", DEV, "meta"])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE, "meta"])
     def test_bad_input(self, device):
         x, y = torch.zeros(3, 4, device=device), torch.zeros(4, device=device)
         with pytest.raises(RuntimeError, match=r"The size of tensor a \(4\) must match the size of tensor b \(5\)"):
@@ -282,13 +280,13 @@ class TestScaledAddStructured:
             self.ops.scaled_add.out(x, y, 1.0, out=torch.zeros(3, 4, dtype=torch.long, device=device))
 
     def test_device_mismatch(self):
-        x = torch.zeros(3, 4, device=DEV)
+        x = torch.zeros(3, 4, device=DEVICE)
         with pytest.raises(RuntimeError, match="self and other must be on the same device, got openreg:0 and cpu"):
             self.ops.scaled_add(x, torch.zeros(4), 1.0)
         with pytest.raises(RuntimeError, match="out is on cpu but the inputs are on openreg:0"):
             self.ops.scaled_add.out(x, x, 1.0, out=torch.zeros(3, 4))
 
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_gradients(self, device):
         x = rand(2, 3, 4, device=device, requires_grad=True)
         y = rand(3, 1, dtype=torch.float64, seed=1, device=device, requires_grad=True)
@@ -300,13 +298,13 @@ class TestScaledAddStructured:
             assert d.grad.dtype == c.grad.dtype and d.grad.shape == c.grad.shape
             torch.testing.assert_close(d.grad.cpu(), c.grad)
 
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_gradcheck(self, device):
         x = rand(3, 4, dtype=torch.float64, device=device, requires_grad=True)
         y = rand(4, dtype=torch.float64, seed=1, device=device, requires_grad=True)
         assert torch.autograd.gradcheck(lambda a, b: self.ops.scaled_add(a, b, -0.7), (x, y))
 
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_mutating_variants_refuse_gradients(self, device):
         w = rand(4, device=device, requires_grad=True)
         with pytest.raises(RuntimeError, match="don't support automatic differentiation.*use openreg::scaled_add"):
@@ -316,7 +314,7 @@ class TestScaledAddStructured:
         with torch.no_grad():  # allowed, as for any in-place update of a parameter
             self.ops.scaled_add_(w, torch.ones(4, device=device), 1.0)
 
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_version_counter(self, device):
         x, out = torch.zeros(3, device=device), torch.zeros(3, device=device)
         v, vo = x._version, out._version
@@ -336,8 +334,8 @@ class TestScaledAddStructured:
 
     def test_compile_functional(self):
         compiled_matches_eager(lambda x, y: self.ops.scaled_add(x, y, 0.5).square(),
-                               rand(3, 4, device=DEV, requires_grad=True),
-                               rand(4, seed=1, device=DEV, requires_grad=True))
+                               rand(3, 4, device=DEVICE, requires_grad=True),
+                               rand(4, seed=1, device=DEVICE, requires_grad=True))
 
     def test_compile_mutating_variants(self):
         def f(x, y, out):
@@ -346,7 +344,8 @@ class TestScaledAddStructured:
             return out * 2
 
         # (An out= that needs resizing is a graph break in Dynamo, for any op.)
-        args = (rand(3, 4, device=DEV), rand(4, seed=1, device=DEV), torch.empty(3, 4, device=DEV))
+        args = (rand(3, 4, device=DEVICE), rand(4, seed=1, device=DEVICE),
+                torch.empty(3, 4, device=DEVICE))
         eager = [t.clone() for t in args]
         comp = [t.clone() for t in args]
         expected = f(*eager)
@@ -371,17 +370,17 @@ class TestAddcmulDispatchStub:
 
         a, t1, t2 = rand(3, 4), rand(4, seed=1), rand(3, 1, seed=2)
         expected = torch.addcmul(a, t1, t2, value=0.5)
-        ad, t1d, t2d = a.to(DEV), t1.to(DEV), t2.to(DEV)
+        ad, t1d, t2d = a.to(DEVICE), t1.to(DEVICE), t2.to(DEVICE)
         with recorded_kernels() as k:
             r = torch.addcmul(ad, t1d, t2d, value=0.5)
         assert k == ["addcmul_stub"]
         assert_same(r, expected)
-        out = torch.empty(3, 4, device=DEV)
+        out = torch.empty(3, 4, device=DEVICE)
         with recorded_kernels() as k:
             torch.addcmul(ad, t1d, t2d, value=0.5, out=out)
         assert k == ["addcmul_stub"]
         assert_same(out, expected)
-        x = a.to(DEV)
+        x = a.to(DEVICE)
         with recorded_kernels() as k:
             x.addcmul_(t1d, t2d, value=0.5)
         assert k == ["addcmul_stub"]
@@ -396,33 +395,35 @@ class TestAddcmulDispatchStub:
         a, t1, t2 = (rand(5, 6, dtype=dtype, seed=s) for s in range(3))
         value = 2 if not (dtype.is_floating_point or dtype.is_complex) else 0.75
         expected = torch.addcmul(a, t1, t2, value=value)
-        assert_same(torch.addcmul(a.to(DEV), t1.to(DEV), t2.to(DEV), value=value), expected,
-                    **loose(dtype))
+        assert_same(torch.addcmul(a.to(DEVICE), t1.to(DEVICE), t2.to(DEVICE), value=value),
+                    expected, **loose(dtype))
 
     def test_mixed_dtypes_and_cpu_scalars(self):
         # TensorIterator leaves mixed dtypes to device kernels: cast per element.
         a, t1 = rand(3, 4), rand(3, 4, dtype=torch.float64, seed=1)
         t2 = rand(4, dtype=torch.bfloat16, seed=2)
         expected = torch.addcmul(a, t1, t2, value=-1.25)
-        assert_same(torch.addcmul(a.to(DEV), t1.to(DEV), t2.to(DEV), value=-1.25), expected)
+        assert_same(torch.addcmul(a.to(DEVICE), t1.to(DEVICE), t2.to(DEVICE), value=-1.25),
+                    expected)
         scalar = torch.tensor(3.0, dtype=torch.float64)  # a 0-dim CPU tensor, read from host memory
         expected = torch.addcmul(a, t1.float(), scalar)
-        assert_same(torch.addcmul(a.to(DEV), t1.float().to(DEV), scalar), expected)
-        out = torch.empty(3, 4, dtype=torch.float64, device=DEV)
-        torch.addcmul(a.to(DEV), a.to(DEV), a.to(DEV), out=out)
+        assert_same(torch.addcmul(a.to(DEVICE), t1.float().to(DEVICE), scalar), expected)
+        out = torch.empty(3, 4, dtype=torch.float64, device=DEVICE)
+        torch.addcmul(a.to(DEVICE), a.to(DEVICE), a.to(DEVICE), out=out)
         assert_same(out, torch.addcmul(a, a, a).double())
 
     def test_non_contiguous_and_broadcast(self):
         a = rand(6, 5).t()
         t1, t2 = rand(5, 1, seed=1), rand(6, seed=2)[::2].repeat(2)
         expected = torch.addcmul(a, t1, t2, value=3.0)
-        assert_same(torch.addcmul(a.to(DEV), t1.to(DEV), t2.to(DEV), value=3.0), expected)
-        empty = torch.addcmul(torch.zeros(0, 4, device=DEV), torch.zeros(4, device=DEV), torch.zeros(0, 1, device=DEV))
+        assert_same(torch.addcmul(a.to(DEVICE), t1.to(DEVICE), t2.to(DEVICE), value=3.0), expected)
+        empty = torch.addcmul(torch.zeros(0, 4, device=DEVICE), torch.zeros(4, device=DEVICE),
+                              torch.zeros(0, 1, device=DEVICE))
         assert empty.shape == (0, 4)
 
     def test_gradients_and_gradcheck(self):
         args = [rand(3, 4, dtype=torch.float64, seed=s, requires_grad=True) for s in range(3)]
-        dev = [a.detach().to(DEV).requires_grad_() for a in args]
+        dev = [a.detach().to(DEVICE).requires_grad_() for a in args]
         torch.addcmul(*args, value=0.3).sum().backward()
         torch.addcmul(*dev, value=0.3).sum().backward()
         for d, c in zip(dev, args):
@@ -432,7 +433,7 @@ class TestAddcmulDispatchStub:
 
     @pytest.mark.openreg_only  # the dtype error names the CPU loop openreg's kernel reuses
     def test_errors(self):
-        x = torch.zeros(3, device=DEV)
+        x = torch.zeros(3, device=DEVICE)
         with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
             torch.addcmul(x, torch.zeros(3), x)
         # Unsupported dtypes fail exactly as on the CPU (same loop, same message).
@@ -445,17 +446,17 @@ class TestAddcmulDispatchStub:
             with pytest.raises(RuntimeError) as cpu:
                 call("cpu")
             with pytest.raises(RuntimeError) as dev:
-                call(DEV)
+                call(DEVICE)
             assert str(dev.value) == str(cpu.value)
 
     def test_opcheck(self):
         opcheck(torch.ops.aten.addcmul.default,
-                tuple(rand(3, 4, seed=s, device=DEV) for s in range(3)), {"value": 0.5},
+                tuple(rand(3, 4, seed=s, device=DEVICE) for s in range(3)), {"value": 0.5},
                 test_utils=OPCHECK_OPENREG)
 
     def test_compile(self):
         compiled_matches_eager(lambda a, b, c: torch.addcmul(a, b, c, value=2.0).relu(),
-                               *(rand(3, 4, seed=s, device=DEV, requires_grad=True) for s in range(3)))
+                               *(rand(3, 4, seed=s, device=DEVICE, requires_grad=True) for s in range(3)))
 
 
 # ---------------------------------------------------------------- rms_norm (torch.library)
@@ -479,17 +480,17 @@ class TestRmsNormPythonOp:
         x, w = rand(4, 3, 8, dtype=dtype), rand(8, dtype=dtype, seed=1)
         expected = self.reference(x, w, 1e-5)
         torch.testing.assert_close(self.ops.rms_norm(x, w, 1e-5), expected, **loose(dtype))  # default impl
-        xd, wd = x.to(DEV), w.to(DEV)
+        xd, wd = x.to(DEVICE), w.to(DEVICE)
         with recorded_kernels() as k:
             assert_same(self.ops.rms_norm(xd, wd, 1e-5), expected, **loose(dtype))
         # openreg's implementation ran: its one reduction is a vector norm (the
         # default implementation squares and takes a mean instead).
         assert any("vector_norm" in name for name in k), k
         assert not any("aten::mean" in name for name in k), k
-        assert_same(torch_openreg.ops.rms_norm(x.to(DEV), w.to(DEV)), self.reference(x, w, 1e-6),
-                    **loose(dtype))
+        assert_same(torch_openreg.ops.rms_norm(x.to(DEVICE), w.to(DEVICE)),
+                    self.reference(x, w, 1e-6), **loose(dtype))
 
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_gradients(self, device):
         x = rand(2, 5, 6, device=device, requires_grad=True)
         w = rand(6, seed=1, device=device, requires_grad=True)
@@ -500,7 +501,7 @@ class TestRmsNormPythonOp:
         torch.testing.assert_close(x.grad.cpu(), xc.grad)
         torch.testing.assert_close(w.grad.cpu(), wc.grad)
 
-    @pytest.mark.parametrize("device", ["cpu", DEV])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE])
     def test_gradcheck(self, device):
         x = rand(3, 4, dtype=torch.float64, device=device, requires_grad=True)
         w = rand(4, dtype=torch.float64, seed=1, device=device, requires_grad=True)
@@ -513,10 +514,10 @@ class TestRmsNormPythonOp:
 
     def test_compile(self):
         compiled_matches_eager(lambda x, w: self.ops.rms_norm(x, w, 1e-5) * 2,
-                               rand(3, 8, device=DEV, requires_grad=True),
-                               rand(8, seed=1, device=DEV, requires_grad=True))
+                               rand(3, 8, device=DEVICE, requires_grad=True),
+                               rand(8, seed=1, device=DEVICE, requires_grad=True))
 
-    @pytest.mark.parametrize("device", ["cpu", DEV, "meta"])
+    @pytest.mark.parametrize("device", ["cpu", DEVICE, "meta"])
     def test_bad_input(self, device):
         x = torch.zeros(3, 4, device=device)
         with pytest.raises(ValueError, match=r"weight must be 1-D with x.shape\[-1\] = 4 elements, got shape \(3,\)"):
@@ -528,4 +529,4 @@ class TestRmsNormPythonOp:
 
     def test_device_mismatch(self):
         with pytest.raises(RuntimeError, match="x and weight must be on the same device, got x on openreg:0 and weight on cpu"):
-            self.ops.rms_norm(torch.zeros(3, 4, device=DEV), torch.zeros(4), 1e-5)
+            self.ops.rms_norm(torch.zeros(3, 4, device=DEVICE), torch.zeros(4), 1e-5)

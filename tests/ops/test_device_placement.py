@@ -10,7 +10,6 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from tests import target
 from tests.target import DEVICE, HW, device
 
-DEV = DEVICE
 SAME = "Expected all tensors to be on the same device"
 
 # Operators that accept the CPU tensor the sweep moves, and why CUDA accepts it too.
@@ -52,7 +51,7 @@ def _mix_case(op):
         movable = [i for i in tensors if flat[i].dim() > 0 and flat[i].numel() > 0]
         if len(tensors) >= 2 and movable:
             moved = movable[-1]
-            dev = [t.to(DEV) if isinstance(t, torch.Tensor) and i != moved else t
+            dev = [t.to(DEVICE) if isinstance(t, torch.Tensor) and i != moved else t
                    for i, t in enumerate(flat)]
             return tree_unflatten(dev, spec)
     return None
@@ -88,12 +87,12 @@ class TestSameDeviceErrors:
     ], ids=["add_cpu_first", "add_device_first", "matmul", "cat", "linear", "conv2d", "where",
             "sdpa", "custom_op"])
     def test_mix_raises(self, call):
-        o, c = torch.ones(3, device=DEV), torch.ones(3)
+        o, c = torch.ones(3, device=DEVICE), torch.ones(3)
         with pytest.raises(RuntimeError, match="device"):
             call(o, c)
 
     def test_message_is_cudas(self):
-        o, c = torch.ones(3, device=DEV), torch.ones(3)
+        o, c = torch.ones(3, device=DEVICE), torch.ones(3)
         with pytest.raises(RuntimeError, match=SAME + f", but found at least two devices, {device(0)} and cpu!"):
             torch.add(c, o)
         with pytest.raises(RuntimeError, match=SAME + ", but got mat2 is on cpu, different from "
@@ -110,7 +109,7 @@ class TestSameDeviceErrors:
     ], ids=["inplace_cpu_self", "out_cpu", "out_cpu_scalar_other", "mm_out_cpu", "fallback_out_cpu",
             "inplace_after_copy"])
     def test_wrong_destination_is_not_written(self, call):
-        o = torch.full((3,), 5.0, device=DEV)
+        o = torch.full((3,), 5.0, device=DEVICE)
         x = torch.zeros(3)
         before = x.clone()
         with pytest.raises(RuntimeError, match="device"):
@@ -129,20 +128,20 @@ class TestSameDeviceErrors:
             torch.cat([a, b])
 
     def test_allowed_where_cuda_allows(self):
-        o = torch.arange(5.0, device=DEV)
-        assert (o + torch.tensor(2.0)).device.type == DEV                  # CPU scalar
-        assert torch.where(o > 1, o, torch.tensor(0.0)).device.type == DEV  # CPU scalar
-        assert o[torch.tensor([0, 4])].tolist() == [0.0, 4.0]              # CPU indices
+        o = torch.arange(5.0, device=DEVICE)
+        assert (o + torch.tensor(2.0)).device.type == DEVICE                  # CPU scalar
+        assert torch.where(o > 1, o, torch.tensor(0.0)).device.type == DEVICE  # CPU scalar
+        assert o[torch.tensor([0, 4])].tolist() == [0.0, 4.0]                 # CPU indices
         o2 = o.clone()
-        o2[torch.tensor([1])] = torch.tensor(9.0)                          # index_put_
+        o2[torch.tensor([1])] = torch.tensor(9.0)                             # index_put_
         assert o2.tolist() == [0.0, 9.0, 2.0, 3.0, 4.0]
-        assert torch.zeros(5).copy_(o).tolist() == o.tolist()              # copies
-        assert torch.arange(5.0).to(DEV).device.type == DEV
+        assert torch.zeros(5).copy_(o).tolist() == o.tolist()                 # copies
+        assert torch.arange(5.0).to(DEVICE).device.type == DEVICE
 
     def test_cpu_scalar_output_is_not_a_scalar(self):
         # TensorIterator exempts 0-dim CPU *inputs* only, never outputs.
         with pytest.raises(RuntimeError, match=SAME):
-            torch.add(torch.ones((), device=DEV), 1, out=torch.zeros(()))
+            torch.add(torch.ones((), device=DEVICE), 1, out=torch.zeros(()))
 
 
 @pytest.mark.ops
@@ -180,7 +179,7 @@ class TestOpInfoDeviceMixSweep:
             pytest.skip("a factory: out= decides the device")
         if all(t.dim() == 0 for t in tensors):
             pytest.skip("0-dim inputs are read as numbers (linspace(Tensor, ...)), on CUDA too")
-        inp, args, kwargs = tree_map(lambda t: t.to(DEV) if isinstance(t, torch.Tensor) else t,
+        inp, args, kwargs = tree_map(lambda t: t.to(DEVICE) if isinstance(t, torch.Tensor) else t,
                                      (s.input, s.args, s.kwargs))
         out = torch.full_like(expected, 7) if expected.dtype != torch.bool else torch.ones_like(expected)
         before = out.clone()

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from tests.target import DEVICE, HW
 
-DEV = DEVICE
 BYTE_QDTYPES = [torch.qint8, torch.quint8, torch.qint32]
 SUB_BYTE = [torch.quint4x2, torch.quint2x4]
 QDTYPES = BYTE_QDTYPES + SUB_BYTE
@@ -28,7 +27,7 @@ def qrange(dtype):
 
 def same_q(dev, cpu):
     """A quantized openreg tensor equals a quantized CPU one bit for bit."""
-    assert dev.device.type == DEV and dev.is_quantized, dev
+    assert dev.device.type == DEVICE and dev.is_quantized, dev
     assert dev.dtype == cpu.dtype and dev.shape == cpu.shape and dev.qscheme() == cpu.qscheme()
     assert torch.equal(dev.int_repr().cpu(), cpu.int_repr())
     if cpu.qscheme() == torch.per_tensor_affine:
@@ -44,7 +43,7 @@ def same_q(dev, cpu):
 def both(fn):
     """(openreg result, CPU result), or the two exceptions' types and messages."""
     out = []
-    for d in (DEV, "cpu"):
+    for d in (DEVICE, "cpu"):
         try:
             out.append(fn(d))
         except Exception as e:  # noqa: BLE001 - compared below
@@ -71,13 +70,13 @@ class TestCreation:
             zp = max(-2 ** 20, min(2 ** 20, zp))
         # spread = 1e3 saturates at the dtype's limits.
         x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * spread
-        same_q(torch.quantize_per_tensor(x.to(DEV), scale, zp, dtype),
+        same_q(torch.quantize_per_tensor(x.to(DEVICE), scale, zp, dtype),
                torch.quantize_per_tensor(x, scale, zp, dtype))
 
     def test_quantize_per_tensor_with_tensor_qparams(self):
         x = torch.randn(4, 5)
         s, z = torch.tensor(0.05), torch.tensor(3)
-        same_q(torch.quantize_per_tensor(x.to(DEV), s.to(DEV), z.to(DEV), torch.quint8),
+        same_q(torch.quantize_per_tensor(x.to(DEVICE), s.to(DEVICE), z.to(DEVICE), torch.quint8),
                torch.quantize_per_tensor(x, s, z, torch.quint8))
 
     @settings(max_examples=40, deadline=None)
@@ -92,20 +91,22 @@ class TestCreation:
         zps = torch.randint(max(lo, -1000), min(hi, 1000) + 1, (n,), generator=g)
         zps[0] = max(lo, -2 ** 20)  # a zero point at the end of the range
         x = torch.randn(shape, generator=g) * 300
-        same_q(torch.quantize_per_channel(x.to(DEV), scales.to(DEV), zps.to(DEV), axis, dtype),
+        same_q(torch.quantize_per_channel(x.to(DEVICE), scales.to(DEVICE), zps.to(DEVICE),
+                                          axis, dtype),
                torch.quantize_per_channel(x, scales, zps, axis, dtype))
 
     def test_per_channel_float_qparams(self):
         x = torch.randn(3, 8)
         scales, zps = torch.rand(3) + 0.1, torch.randn(3)
-        dev = torch.quantize_per_channel(x.to(DEV), scales.to(DEV), zps.to(DEV), 0, torch.quint8)
+        dev = torch.quantize_per_channel(x.to(DEVICE), scales.to(DEVICE), zps.to(DEVICE),
+                                         0, torch.quint8)
         cpu = torch.quantize_per_channel(x, scales, zps, 0, torch.quint8)
         assert dev.qscheme() == torch.per_channel_affine_float_qparams
         same_q(dev, cpu)
 
     def test_per_channel_scales_on_another_device_are_refused(self):
         with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
-            torch.quantize_per_channel(torch.randn(2, 3, device=DEV), torch.ones(3),
+            torch.quantize_per_channel(torch.randn(2, 3, device=DEVICE), torch.ones(3),
                                        torch.zeros(3, dtype=torch.long), 1, torch.qint8)
 
     @pytest.mark.parametrize("dtype", BYTE_QDTYPES, ids=str)
@@ -113,10 +114,10 @@ class TestCreation:
         lo, hi = qrange(dtype)
         ints = torch.randint(lo, hi + 1, (4, 3), dtype={torch.qint8: torch.int8, torch.quint8: torch.uint8,
                                                           torch.qint32: torch.int32}[dtype])
-        same_q(torch._make_per_tensor_quantized_tensor(ints.to(DEV), 0.5, 2),
+        same_q(torch._make_per_tensor_quantized_tensor(ints.to(DEVICE), 0.5, 2),
                torch._make_per_tensor_quantized_tensor(ints, 0.5, 2))
         scales, zps = torch.tensor([0.1, 0.2, 0.3], dtype=torch.double), torch.tensor([0, 1, 2])
-        same_q(torch._make_per_channel_quantized_tensor(ints.to(DEV), scales.to(DEV), zps.to(DEV), 1),
+        same_q(torch._make_per_channel_quantized_tensor(ints.to(DEVICE), scales.to(DEVICE), zps.to(DEVICE), 1),
                torch._make_per_channel_quantized_tensor(ints, scales, zps, 1))
 
     @pytest.mark.parametrize("dtype", SUB_BYTE, ids=str)
@@ -135,26 +136,26 @@ class TestCreation:
 
     @pytest.mark.parametrize("dtype", QDTYPES, ids=str)
     def test_empty_factories(self, dtype):
-        q = torch.quantize_per_tensor(torch.randn(2, 3).to(DEV), 0.2, 1, dtype)
+        q = torch.quantize_per_tensor(torch.randn(2, 3).to(DEVICE), 0.2, 1, dtype)
         # (torch.empty_quantized is a Python factory: its device defaults to
         # the default device, as on CUDA, not to the quantized tensor's.)
-        for e in (torch.empty_quantized([4, 5], q, device=DEV), torch.empty_like(q),
-                  torch._empty_affine_quantized((2, 2), scale=0.3, zero_point=1, dtype=dtype, device=DEV)):
-            assert e.device == torch.device(DEV, 0) and e.is_quantized and e.dtype == dtype
-        e = torch.empty(3, dtype=dtype, device=f"{DEV}:1")
-        assert e.device == torch.device(DEV, 1) and e.dtype == dtype
+        for e in (torch.empty_quantized([4, 5], q, device=DEVICE), torch.empty_like(q),
+                  torch._empty_affine_quantized((2, 2), scale=0.3, zero_point=1, dtype=dtype, device=DEVICE)):
+            assert e.device == torch.device(DEVICE, 0) and e.is_quantized and e.dtype == dtype
+        e = torch.empty(3, dtype=dtype, device=f"{DEVICE}:1")
+        assert e.device == torch.device(DEVICE, 1) and e.dtype == dtype
         assert torch.empty_like(q, device="cpu").device.type == "cpu"
-        pc = torch.quantize_per_channel(torch.randn(2, 3).to(DEV), torch.ones(3, device=DEV),
-                                        torch.zeros(3, dtype=torch.long, device=DEV), 1, torch.qint8)
-        e = torch.empty_quantized([2, 3], pc, device=DEV)
-        assert e.device.type == DEV and e.q_per_channel_scales().device.type == DEV
+        pc = torch.quantize_per_channel(torch.randn(2, 3).to(DEVICE), torch.ones(3, device=DEVICE),
+                                        torch.zeros(3, dtype=torch.long, device=DEVICE), 1, torch.qint8)
+        e = torch.empty_quantized([2, 3], pc, device=DEVICE)
+        assert e.device.type == DEVICE and e.q_per_channel_scales().device.type == DEVICE
 
     def test_on_the_second_device(self):
         x = torch.randn(3, 4)
-        q = torch.quantize_per_tensor(x.to(f"{DEV}:1"), 0.1, 3, torch.qint8)
-        assert q.device == torch.device(DEV, 1)
+        q = torch.quantize_per_tensor(x.to(f"{DEVICE}:1"), 0.1, 3, torch.qint8)
+        assert q.device == torch.device(DEVICE, 1)
         for r in (q.int_repr(), q.dequantize(), q.clone(), q.t().contiguous(), torch.empty_like(q)):
-            assert r.device == torch.device(DEV, 1)
+            assert r.device == torch.device(DEVICE, 1)
         same_q(q, torch.quantize_per_tensor(x, 0.1, 3, torch.qint8))
 
 
@@ -164,7 +165,7 @@ class TestPlumbing:
 
     def pair(self, dtype=torch.qint8, shape=(4, 6)):
         x = torch.randn(shape) * 3
-        return (torch.quantize_per_tensor(x.to(DEV), 0.05, 2, dtype),
+        return (torch.quantize_per_tensor(x.to(DEVICE), 0.05, 2, dtype),
                 torch.quantize_per_tensor(x, 0.05, 2, dtype))
 
     @pytest.mark.parametrize("name, fn", [
@@ -197,14 +198,14 @@ class TestPlumbing:
     def test_copies_between_devices(self, dtype):
         x = torch.randn(8) * 2
         cpu = torch.quantize_per_tensor(x, 0.1, 1, dtype)
-        dev = cpu.to(DEV)
+        dev = cpu.to(DEVICE)
         same_q(dev, cpu)
         back = dev.cpu()
         assert back.device.type == "cpu" and torch.equal(back.int_repr(), cpu.int_repr())
-        same_q(dev.to(f"{DEV}:1"), cpu)
-        assert dev.to(f"{DEV}:1").device == torch.device(DEV, 1)
+        same_q(dev.to(f"{DEVICE}:1"), cpu)
+        assert dev.to(f"{DEVICE}:1").device == torch.device(DEVICE, 1)
         # copy_ into an existing quantized openreg tensor takes the source's quantizer.
-        other = torch.quantize_per_tensor(torch.zeros(8), 0.7, 0, dtype).to(DEV)
+        other = torch.quantize_per_tensor(torch.zeros(8), 0.7, 0, dtype).to(DEVICE)
         other.copy_(cpu)
         same_q(other, cpu)
 
@@ -212,19 +213,19 @@ class TestPlumbing:
         x = torch.randn(3, 5)
         cpu = torch.quantize_per_channel(x, torch.tensor([0.1, 0.2, 0.3], dtype=torch.double),
                                          torch.tensor([0, 1, 2]), 0, torch.quint8)
-        dev = cpu.to(DEV)
+        dev = cpu.to(DEVICE)
         same_q(dev, cpu)
         back = dev.cpu()
         assert back.q_per_channel_scales().device.type == "cpu"
         assert torch.equal(back.int_repr(), cpu.int_repr())
-        on1 = dev.to(f"{DEV}:1")
-        assert on1.q_per_channel_scales().device == torch.device(DEV, 1)
+        on1 = dev.to(f"{DEVICE}:1")
+        assert on1.q_per_channel_scales().device == torch.device(DEVICE, 1)
         same_q(on1, cpu)
 
     def test_copy_from_float_quantizes(self):
         x = torch.randn(6)
-        dev = torch.quantize_per_tensor(torch.zeros(6), 0.1, 4, torch.qint8).to(DEV)
-        dev.copy_(x.to(DEV))
+        dev = torch.quantize_per_tensor(torch.zeros(6), 0.1, 4, torch.qint8).to(DEVICE)
+        dev.copy_(x.to(DEVICE))
         same_q(dev, torch.quantize_per_tensor(x, 0.1, 4, torch.qint8))
 
     def test_equal(self):
@@ -236,7 +237,7 @@ class TestPlumbing:
         dev, cpu = self.pair(torch.quint8)
         pc_cpu = torch.quantize_per_channel(torch.randn(2, 3), torch.tensor([0.1, 0.2, 0.3], dtype=torch.double),
                                             torch.tensor([0, 1, 2]), 1, torch.qint8)
-        pc = pc_cpu.to(DEV)
+        pc = pc_cpu.to(DEVICE)
         path = tmp_path / "q.pt"
         torch.save({"t": dev, "pc": pc}, path)
         loaded = torch.load(path)
@@ -244,13 +245,13 @@ class TestPlumbing:
         same_q(loaded["pc"], pc_cpu)
         on_cpu = torch.load(path, map_location="cpu")
         assert on_cpu["t"].device.type == "cpu" and torch.equal(on_cpu["t"].int_repr(), cpu.int_repr())
-        on1 = torch.load(path, map_location=f"{DEV}:1")
-        assert on1["t"].device == torch.device(DEV, 1)
+        on1 = torch.load(path, map_location=f"{DEVICE}:1")
+        assert on1["t"].device == torch.device(DEVICE, 1)
         same_q(on1["t"], cpu)
         buf = io.BytesIO()
         torch.save(cpu, buf)
         buf.seek(0)
-        same_q(torch.load(buf, map_location=DEV), cpu)
+        same_q(torch.load(buf, map_location=DEVICE), cpu)
 
 
 @pytest.mark.ops
@@ -270,7 +271,7 @@ class TestFakeQuantAndPT2E:
         ]
         for fn in cases:
             dev, cpu = both(fn)
-            assert dev.device.type == DEV and torch.equal(dev.cpu(), cpu)
+            assert dev.device.type == DEVICE and torch.equal(dev.cpu(), cpu)
 
     def test_quantized_decomposed_operators(self):
         import torch.ao.quantization.fx._decomposed  # noqa: F401 - registers the ops
@@ -317,9 +318,9 @@ class TestFakeQuantAndPT2E:
             ops = {str(n.target) for n in converted.graph.nodes if n.op == "call_function"}
             return converted(x), ops
 
-        dev, ops = quantized_run(DEV)
+        dev, ops = quantized_run(DEVICE)
         cpu, _ = quantized_run("cpu")
-        assert dev.device.type == DEV
+        assert dev.device.type == DEVICE
         assert "quantized_decomposed.quantize_per_tensor.default" in ops
         if per_channel:
             assert "quantized_decomposed.dequantize_per_channel.default" in ops
@@ -337,7 +338,7 @@ class TestErrorsAndCapability:
         ("zero_", lambda q: q.zero_(), "aten::zero_"),
     ])
     def test_unsupported_operators_name_the_operator_and_the_key(self, name, fn, op):
-        q = torch.quantize_per_tensor(torch.randn(3, 3).to(DEV), 0.1, 0, torch.qint8)
+        q = torch.quantize_per_tensor(torch.randn(3, 3).to(DEVICE), 0.1, 0, torch.qint8)
         before = q.int_repr().cpu()
         with pytest.raises(NotImplementedError, match=rf"Could not run '{op}' with arguments from the "
                                                       r"'QuantizedPrivateUse1' backend"):
@@ -364,8 +365,8 @@ class TestErrorsAndCapability:
                 assert not isinstance(dev, Exception), dev
 
     def test_capability_lists_the_quantized_dtypes(self):
-        dtypes = torch.accelerator.get_device_capability(DEV)["supported_dtypes"]
+        dtypes = torch.accelerator.get_device_capability(DEVICE)["supported_dtypes"]
         assert set(QDTYPES) <= dtypes
         for dt in QDTYPES:  # each one really is supported
-            q = torch.quantize_per_tensor(torch.randn(4).to(DEV), 0.5, 1, dt)
-            assert q.dtype == dt and q.device.type == DEV
+            q = torch.quantize_per_tensor(torch.randn(4).to(DEVICE), 0.5, 1, dt)
+            assert q.dtype == dt and q.device.type == DEVICE

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from tests import target
 from tests.target import DEVICE, HW
 
-DEV = DEVICE
 MASK32 = 0xFFFFFFFF
 
 
@@ -44,12 +43,12 @@ def state_of(seed, offset):
     return torch.tensor(list(struct.pack("<Qq", seed, offset)), dtype=torch.uint8)
 
 
-def set_offset(offset, device=DEV):
-    seed = target.device_module.initial_seed() if device == DEV else torch.Generator(device).initial_seed()
+def set_offset(offset, device=DEVICE):
+    seed = target.device_module.initial_seed() if device == DEVICE else torch.Generator(device).initial_seed()
     target.device_module.set_rng_state(state_of(seed, offset), device)
 
 
-def offset_now(device=DEV):
+def offset_now(device=DEVICE):
     return struct.unpack("<Qq", bytes(target.device_module.get_rng_state(device).tolist()))[1]
 
 
@@ -70,22 +69,22 @@ class TestState:
     @pytest.mark.openreg_only  # openreg's Philox offsets
     def test_a_draw_of_n_elements_advances_the_offset_by_n_rounded_up_to_4(self, n, used):
         target.device_module.manual_seed(1)
-        torch.rand(n, device=DEV)
+        torch.rand(n, device=DEVICE)
         assert offset_now() == used
-        torch.randn(n, device=DEV, dtype=torch.float64)  # every dtype and distribution alike
+        torch.randn(n, device=DEVICE, dtype=torch.float64)  # every dtype and distribution alike
         assert offset_now() == 2 * used
 
     def test_round_trip(self):
         target.device_module.manual_seed(5)
-        torch.rand(10, device=DEV)
+        torch.rand(10, device=DEVICE)
         state = target.device_module.get_rng_state()
-        a = torch.rand(50, device=DEV).cpu()
+        a = torch.rand(50, device=DEVICE).cpu()
         target.device_module.set_rng_state(state)
-        assert torch.equal(torch.rand(50, device=DEV).cpu(), a)
+        assert torch.equal(torch.rand(50, device=DEVICE).cpu(), a)
         states = target.device_module.get_rng_state_all()
-        b = [torch.rand(3, device=f"{DEV}:{i}").cpu() for i in range(len(states))]
+        b = [torch.rand(3, device=f"{DEVICE}:{i}").cpu() for i in range(len(states))]
         target.device_module.set_rng_state_all(states)
-        assert all(torch.equal(torch.rand(3, device=f"{DEV}:{i}").cpu(), x) for i, x in enumerate(b))
+        assert all(torch.equal(torch.rand(3, device=f"{DEVICE}:{i}").cpu(), x) for i, x in enumerate(b))
 
     @pytest.mark.openreg_only  # openreg's generator state layout
     def test_an_eight_byte_state_is_a_seed_at_offset_zero(self):
@@ -107,45 +106,45 @@ class TestState:
 
     @pytest.mark.openreg_only  # openreg's Philox offsets
     def test_generator_api_as_on_cuda(self):
-        g = torch.Generator(device=DEV)
-        assert g.device == torch.device(DEV, 0)
+        g = torch.Generator(device=DEVICE)
+        assert g.device == torch.device(DEVICE, 0)
         g.manual_seed(42)
         assert g.initial_seed() == 42 and g.get_offset() == 0
-        a = torch.rand(6, device=DEV, generator=g).cpu()
+        a = torch.rand(6, device=DEVICE, generator=g).cpu()
         assert g.get_offset() == 8
         g.set_offset(0)
-        assert torch.equal(torch.rand(6, device=DEV, generator=g).cpu(), a)
+        assert torch.equal(torch.rand(6, device=DEVICE, generator=g).cpu(), a)
         with pytest.raises(RuntimeError, match="offset must be a multiple of 4"):
             g.set_offset(3)
         s = g.seed()
         assert g.initial_seed() == s and g.get_offset() == 0
         # A generator of its own does not touch the device's default one.
         before = target.device_module.get_rng_state()
-        torch.randn(9, device=DEV, generator=g)
+        torch.randn(9, device=DEVICE, generator=g)
         assert torch.equal(target.device_module.get_rng_state(), before)
 
     @pytest.mark.openreg_only  # openreg's Philox offsets
     def test_graphsafe_state_is_shared_not_copied(self):
-        g = torch.Generator(device=DEV).manual_seed(3)
+        g = torch.Generator(device=DEVICE).manual_seed(3)
         shared = g.graphsafe_get_state()
-        torch.rand(10, device=DEV, generator=shared)
+        torch.rand(10, device=DEVICE, generator=shared)
         assert g.get_offset() == 12  # the draw through `shared` moved g's state
-        other = torch.Generator(device=DEV).manual_seed(9)
+        other = torch.Generator(device=DEVICE).manual_seed(9)
         g.graphsafe_set_state(other)
         assert g.initial_seed() == 9
-        torch.rand(4, device=DEV, generator=g)
+        torch.rand(4, device=DEVICE, generator=g)
         assert other.get_offset() == 4
         # clone_state copies: the clone moves on its own.
         c = g.clone_state()
-        torch.rand(4, device=DEV, generator=c)
+        torch.rand(4, device=DEVICE, generator=c)
         assert c.get_offset() == 8 and g.get_offset() == 4
 
     def test_a_cpu_generator_is_refused_for_openreg_tensors_as_on_cuda(self):
-        x = torch.empty(4, device=DEV)
+        x = torch.empty(4, device=DEVICE)
         with pytest.raises(RuntimeError, match=f"Expected a '{DEVICE}' device type for generator but found 'cpu'"):
             x.uniform_(generator=torch.Generator())
         with pytest.raises(RuntimeError, match=f"Expected a '{DEVICE}' device type for generator but found 'cpu'"):
-            torch.poisson(torch.ones(3, device=DEV), generator=torch.Generator())
+            torch.poisson(torch.ones(3, device=DEVICE), generator=torch.Generator())
 
     @pytest.mark.openreg_only  # openreg's generator state layout
     def test_set_rng_state_under_fake_tensor_mode(self):
@@ -194,53 +193,53 @@ class TestStreamRule:
     def test_uniform_float_is_word_0_of_each_position(self):
         seed, base = 2024, 12
         target.device_module.set_rng_state(state_of(seed, base))
-        got = torch.rand(9, device=DEV).cpu()
+        got = torch.rand(9, device=DEVICE).cpu()
         want = torch.tensor([(word(seed, base + i, 0) & 0xFFFFFF) / 2 ** 24 for i in range(9)])
         assert torch.equal(got, want)
 
     def test_uniform_double_and_full_range_integers_use_two_words(self):
         seed, base = 7, 400
         target.device_module.set_rng_state(state_of(seed, base))
-        got = torch.rand(5, device=DEV, dtype=torch.float64).cpu()
+        got = torch.rand(5, device=DEVICE, dtype=torch.float64).cpu()
         u64 = [word(seed, base + i, 0) | word(seed, base + i, 1) << 32 for i in range(5)]
         assert torch.equal(got, torch.tensor([(v & (2 ** 53 - 1)) / 2 ** 53 for v in u64],
                                              dtype=torch.float64))
         target.device_module.set_rng_state(state_of(seed, base))
-        full = torch.empty(5, dtype=torch.int64, device=DEV).random_(-2 ** 63, None).cpu()
+        full = torch.empty(5, dtype=torch.int64, device=DEVICE).random_(-2 ** 63, None).cpu()
         assert full.tolist() == [v - 2 ** 64 if v >= 2 ** 63 else v for v in u64]
 
     def test_randint_is_word_0_modulo_the_range(self):
         seed, base = 99, 0
         target.device_module.set_rng_state(state_of(seed, base))
-        got = torch.randint(-5, 1000, (7,), device=DEV).cpu()
+        got = torch.randint(-5, 1000, (7,), device=DEVICE).cpu()
         assert got.tolist() == [word(seed, base + i, 0) % 1005 - 5 for i in range(7)]
 
     def test_bernoulli_and_dropout_keep_where_word_0_is_below_p(self):
         seed, base, p = 5, 8, 0.3
         target.device_module.set_rng_state(state_of(seed, base))
-        got = torch.empty(64, device=DEV).bernoulli_(p).cpu()
+        got = torch.empty(64, device=DEVICE).bernoulli_(p).cpu()
         want = torch.tensor([float(word(seed, base + i, 0) / 2 ** 32 < p) for i in range(64)])
         assert torch.equal(got, want)
         # dropout(p) keeps with probability 1 - p: the same rule, same positions.
         target.device_module.set_rng_state(state_of(seed, base))
-        kept = F.dropout(torch.ones(64, device=DEV), 0.5).cpu() != 0
+        kept = F.dropout(torch.ones(64, device=DEVICE), 0.5).cpu() != 0
         assert kept.tolist() == [word(seed, base + i, 0) / 2 ** 32 < 0.5 for i in range(64)]
 
     def test_positions_follow_the_logical_order_of_a_strided_result(self):
         target.device_module.manual_seed(3)
-        a = torch.empty(6, 4, device=DEV).t().normal_().cpu()  # shape (4, 6), strides (1, 4)
+        a = torch.empty(6, 4, device=DEVICE).t().normal_().cpu()  # shape (4, 6), strides (1, 4)
         target.device_module.manual_seed(3)
-        b = torch.empty(4, 6, device=DEV).normal_().cpu()
+        b = torch.empty(4, 6, device=DEVICE).normal_().cpu()
         assert torch.equal(a, b)
 
     def test_the_same_positions_on_any_thread_count(self):
         target.device_module.manual_seed(8)
-        a = torch.randn(100_000, device=DEV).cpu()
+        a = torch.randn(100_000, device=DEVICE).cpu()
         prev = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
             target.device_module.manual_seed(8)
-            b = torch.randn(100_000, device=DEV).cpu()
+            b = torch.randn(100_000, device=DEVICE).cpu()
         finally:
             torch.set_num_threads(prev)
         assert torch.equal(a, b)
@@ -280,11 +279,11 @@ class TestSplitProperty:
         base *= 4
         draw = DRAWS[dist]
         target.device_module.set_rng_state(state_of(seed, base))
-        whole = draw(torch.empty(n, device=DEV)).cpu()
+        whole = draw(torch.empty(n, device=DEVICE)).cpu()
         target.device_module.set_rng_state(state_of(seed, base))
-        first = draw(torch.empty(n1, device=DEV)).cpu()
+        first = draw(torch.empty(n1, device=DEVICE)).cpu()
         assert offset_now() == base + n1
-        second = draw(torch.empty(n - n1, device=DEV)).cpu()
+        second = draw(torch.empty(n - n1, device=DEVICE)).cpu()
         assert torch.equal(torch.cat([first, second]), whole)
         # ...and the generator ends where the whole draw leaves it, rounded
         # up to 4 per call.
@@ -294,10 +293,10 @@ class TestSplitProperty:
         # The offset-based tracker's recipe for Shard(0) of a (8, 6) tensor on
         # 4 ranks: rank r draws its (2, 6) shard at offset + r * 12.
         target.device_module.manual_seed(17)
-        full = torch.empty(8, 6, device=DEV).uniform_().cpu()
+        full = torch.empty(8, 6, device=DEVICE).uniform_().cpu()
         for r in range(4):
             target.device_module.set_rng_state(state_of(17, r * 12))
-            shard = torch.empty(2, 6, device=DEV).uniform_().cpu()
+            shard = torch.empty(2, 6, device=DEVICE).uniform_().cpu()
             assert torch.equal(shard, full[2 * r: 2 * r + 2])
 
 
@@ -314,7 +313,7 @@ class TestDistributions:
 
     def draw(self, fn, dtype=torch.float32, seed=0):
         target.device_module.manual_seed(seed)
-        return fn(torch.empty(self.N, device=DEV, dtype=dtype)).cpu()
+        return fn(torch.empty(self.N, device=DEVICE, dtype=dtype)).cpu()
 
     # (draw, mean, variance): the moments of the distribution
     CASES = {
@@ -355,7 +354,7 @@ class TestDistributions:
 
     def test_neighbours_and_draws_are_uncorrelated(self):
         x = self.draw(lambda t: t.normal_())
-        y = torch.randn(self.N, device=DEV).cpu()  # the next draw
+        y = torch.randn(self.N, device=DEVICE).cpu()  # the next draw
         for a, b in [(x[:-1], x[1:]), (x[:-4], x[4:]), (x, y)]:
             r = torch.corrcoef(torch.stack([a, b]))[0, 1].item()
             assert abs(r) < 0.01, r
@@ -368,26 +367,26 @@ class TestDistributions:
         # openreg:1 has a generator of its own and gives the same numbers
         # from the same seed.
         target.device_module.manual_seed_all(1)
-        on1 = torch.empty(self.N, device=f"{DEV}:1").normal_().cpu()
+        on1 = torch.empty(self.N, device=f"{DEVICE}:1").normal_().cpu()
         assert torch.equal(on1, a)
         target.device_module.manual_seed_all(4)
         with target.device_module.device(1):
             target.device_module.manual_seed(1)  # seeds openreg:1 only
-        assert torch.equal(torch.randn(8, device=f"{DEV}:1").cpu(), a[:8])
-        assert not torch.equal(torch.randn(8, device=DEV).cpu(), a[:8])
+        assert torch.equal(torch.randn(8, device=f"{DEVICE}:1").cpu(), a[:8])
+        assert not torch.equal(torch.randn(8, device=DEVICE).cpu(), a[:8])
 
     @pytest.mark.openreg_only  # the range error is openreg's own message
     def test_bernoulli_with_a_tensor_of_probabilities(self):
         p = torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0]).repeat(20_000, 1)
         target.device_module.manual_seed(0)
-        x = torch.bernoulli(p.to(DEV)).cpu()
+        x = torch.bernoulli(p.to(DEVICE)).cpu()
         torch.testing.assert_close(x.mean(0), p[0], atol=0.01, rtol=0)
         assert x[:, 0].sum() == 0 and x[:, 4].sum() == 20_000
         with pytest.raises(RuntimeError, match="bernoulli_ expects all elements of p to be in"):
-            torch.empty(3, device=DEV).bernoulli_(torch.tensor([0.5, 1.5, 0.2], device=DEV))
+            torch.empty(3, device=DEVICE).bernoulli_(torch.tensor([0.5, 1.5, 0.2], device=DEVICE))
 
     def test_multinomial(self):
-        probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 1.0]], device=DEV)
+        probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 1.0]], device=DEVICE)
         target.device_module.manual_seed(0)
         s = torch.multinomial(probs, 50_000, replacement=True).cpu()
         freq = torch.stack([torch.bincount(r, minlength=4) for r in s]).double() / 50_000
@@ -395,22 +394,22 @@ class TestDistributions:
         w = torch.multinomial(probs[0], 3).cpu()  # without replacement
         assert sorted(w.tolist()) != [] and len(set(w.tolist())) == 3 and 1 not in w.tolist()
         with pytest.raises(RuntimeError, match="invalid multinomial distribution"):
-            torch.multinomial(torch.tensor([0.5, -0.1], device=DEV), 2, replacement=True)
+            torch.multinomial(torch.tensor([0.5, -0.1], device=DEVICE), 2, replacement=True)
         with pytest.raises(RuntimeError, match="invalid multinomial distribution"):
-            torch.multinomial(torch.zeros(3, device=DEV), 2, replacement=True)
+            torch.multinomial(torch.zeros(3, device=DEVICE), 2, replacement=True)
 
     @pytest.mark.openreg_only  # openreg's Philox offsets
     def test_randperm(self):
         target.device_module.manual_seed(0)
-        p = torch.randperm(1000, device=DEV)
-        assert p.device.type == DEV and p.dtype == torch.int64
+        p = torch.randperm(1000, device=DEVICE)
+        assert p.device.type == DEVICE and p.dtype == torch.int64
         assert sorted(p.cpu().tolist()) == list(range(1000))
         assert p.cpu().tolist() != list(range(1000))
         assert offset_now() == 1000
         target.device_module.manual_seed(0)
-        assert torch.equal(torch.randperm(1000, device=DEV).cpu(), p.cpu())
+        assert torch.equal(torch.randperm(1000, device=DEVICE).cpu(), p.cpu())
         with pytest.raises(RuntimeError, match="n must be non-negative"):
-            torch.randperm(-1, out=torch.empty(0, dtype=torch.int64, device=DEV))
+            torch.randperm(-1, out=torch.empty(0, dtype=torch.int64, device=DEVICE))
 
 
 @pytest.mark.ops
@@ -426,7 +425,7 @@ class TestBridgedOperators:
         (lambda r: torch.binomial(r * 2, torch.full_like(r, 0.5)), 3.0),
     ])
     def test_reproducible_and_consume_the_stream(self, op, mean):
-        rate = torch.full((50_001,), 3.0, device=DEV)
+        rate = torch.full((50_001,), 3.0, device=DEVICE)
         target.device_module.manual_seed(10)
         a = op(rate).cpu()
         assert offset_now() == 50_004
@@ -447,18 +446,18 @@ class TestAttentionDropoutPosition:
 
     def test_the_mask_sits_at_philox_seed_and_offset(self):
         fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable
-        q = torch.randn(2, 3, 5, 8, device=DEV)
-        k = torch.randn(2, 3, 7, 8, device=DEV)
-        v = torch.randn(2, 3, 7, 8, device=DEV)
+        q = torch.randn(2, 3, 5, 8, device=DEVICE)
+        k = torch.randn(2, 3, 7, 8, device=DEVICE)
+        v = torch.randn(2, 3, 7, 8, device=DEVICE)
         target.device_module.manual_seed(21)
-        torch.rand(6, device=DEV)  # offset 8
+        torch.rand(6, device=DEVICE)  # offset 8
         res = fwd(q, k, v, None, 0.4, False, True)
         seed, offset, weights = res[6].item(), res[7].item(), res[-1]
         assert (seed, offset) == (21, 8)
         assert offset_now() == 8 + 2 * 3 * 5 * 7 + 2  # B*H*L*S rounded up to 4
         # The kept entries are a bernoulli(1 - p) draw at those positions.
         target.device_module.set_rng_state(state_of(seed, offset))
-        keep = torch.empty(2, 3, 5, 7, device=DEV).bernoulli_(0.6).bool().cpu()
+        keep = torch.empty(2, 3, 5, 7, device=DEVICE).bernoulli_(0.6).bool().cpu()
         assert torch.equal(weights.cpu() != 0, keep)
 
 
@@ -471,29 +470,29 @@ class TestGraphHooks:
     def test_capture_reads_slots_and_replay_advances_past_the_graph(self):
         from torch_openreg import _C
 
-        g = torch.Generator(device=DEV).manual_seed(5)
+        g = torch.Generator(device=DEVICE).manual_seed(5)
         g.set_offset(16)
         _C._generator_capture_prologue(g)
         try:
             # Kernels enqueued now read the capture's slots (seed 5, offset 16)
             # plus their offset inside the graph; the generator does not move.
-            a = torch.rand(6, device=DEV, generator=g).cpu()   # graph offsets 0..8
-            b = torch.randn(4, device=DEV, generator=g).cpu()  # graph offsets 8..12
+            a = torch.rand(6, device=DEVICE, generator=g).cpu()   # graph offsets 0..8
+            b = torch.randn(4, device=DEVICE, generator=g).cpu()  # graph offsets 8..12
             with pytest.raises(RuntimeError, match="while a graph is capturing"):
                 g.manual_seed(1)
             with pytest.raises(RuntimeError, match="while a graph is capturing"):
                 g.get_offset()
             with pytest.raises(RuntimeError, match="cannot be captured in a graph"):
-                torch.poisson(torch.ones(3, device=DEV), generator=g)
+                torch.poisson(torch.ones(3, device=DEVICE), generator=g)
             with pytest.raises(RuntimeError, match="already being captured"):
                 _C._generator_capture_prologue(g)
         finally:
             assert _C._generator_capture_epilogue(g) == 12  # the whole graph's increment
         assert g.get_offset() == 16
-        eager = torch.Generator(device=DEV).manual_seed(5)
+        eager = torch.Generator(device=DEVICE).manual_seed(5)
         eager.set_offset(16)
-        assert torch.equal(a, torch.rand(6, device=DEV, generator=eager).cpu())
-        assert torch.equal(b, torch.randn(4, device=DEV, generator=eager).cpu())
+        assert torch.equal(a, torch.rand(6, device=DEVICE, generator=eager).cpu())
+        assert torch.equal(b, torch.randn(4, device=DEVICE, generator=eager).cpu())
         # Each replay refills the slots from the generator and moves it past
         # everything the graph draws.
         _C._generator_replay_prologue(g, 12)
@@ -509,6 +508,6 @@ class TestGraphHooks:
         with pytest.raises(TypeError, match="expected a torch.Generator"):
             _C._generator_capture_prologue(3)
         with pytest.raises(RuntimeError, match="capture_epilogue without a capture"):
-            _C._generator_capture_epilogue(torch.Generator(device=DEV))
+            _C._generator_capture_epilogue(torch.Generator(device=DEVICE))
         with pytest.raises(RuntimeError, match="replay_prologue before any capture"):
-            _C._generator_replay_prologue(torch.Generator(device=DEV), 4)
+            _C._generator_replay_prologue(torch.Generator(device=DEVICE), 4)

@@ -13,7 +13,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tests import target
 from tests.target import DEVICE, HW, device
 
-DEV = DEVICE
 aten = torch.ops.aten
 FWD = aten._scaled_dot_product_fused_attention_overrideable.default
 BWD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
@@ -37,7 +36,8 @@ def cpu_math(q, k, v, **kw):
 
 
 def to_dev(x):
-    return x.detach().to(DEV).requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+    return (x.detach().to(DEVICE).requires_grad_(x.requires_grad)
+            if isinstance(x, torch.Tensor) else x)
 
 
 def tolerances(dtype):
@@ -58,11 +58,11 @@ def check_against_cpu(q, k, v, dtype=torch.float32, **kw):
     rec = RecordOps()
     with rec:
         outd = F.scaled_dot_product_attention(qd, kd, vd, **kwd)
-        outd.backward(grad.to(DEV))
+        outd.backward(grad.to(DEVICE))
     assert FWD in rec.ops and BWD in rec.ops, "the overrideable kernels did not run"
 
     tol = tolerances(dtype)
-    assert outd.device.type == DEV and outd.dtype == out.dtype
+    assert outd.device.type == DEVICE and outd.dtype == out.dtype
     torch.testing.assert_close(outd.cpu(), out.detach(), **tol)
     for dev_t, cpu_t in [(qd, q), (kd, k), (vd, v)]:
         assert dev_t.grad.dtype == cpu_t.grad.dtype and dev_t.grad.shape == cpu_t.grad.shape
@@ -86,7 +86,7 @@ class TestSDPAQuick:
     hw_classification = HW.ACCELERATOR
 
     def test_fused_choice_is_overrideable(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         assert torch._fused_sdp_choice(q, k, v) == SDPBackend.OVERRIDEABLE.value
         # The CPU's own choice is untouched.
         assert torch._fused_sdp_choice(*qkv()) != SDPBackend.OVERRIDEABLE.value
@@ -96,7 +96,7 @@ class TestSDPAQuick:
 
     @pytest.mark.openreg_only  # openreg's conventions for the unused outputs and seed/offset
     def test_outputs_are_real(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         out, lse, cq, ck, max_q, max_k, seed, offset, dbg = FWD(q, k, v)
         s = (q.cpu() @ k.cpu().transpose(-2, -1)) / 8 ** 0.5
         torch.testing.assert_close(lse.cpu(), torch.logsumexp(s, -1))
@@ -159,16 +159,16 @@ class TestSDPAMatchesCPU:
         # and openreg fails as the CPU does.
         q, k, v = qkv(L=6, S=6, Ev=8)
         mask = torch.rand(6, 6, generator=torch.Generator().manual_seed(3)) > 0.2
-        dev_args = [t.to(DEV) for t in (q, k, v)]
+        dev_args = [t.to(DEVICE) for t in (q, k, v)]
         try:
             on_cpu = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)
         except RuntimeError as refused:
             with pytest.raises(RuntimeError, match=re.escape(str(refused).splitlines()[0])):
-                F.scaled_dot_product_attention(*dev_args, attn_mask=mask.to(DEV), is_causal=True)
+                F.scaled_dot_product_attention(*dev_args, attn_mask=mask.to(DEVICE), is_causal=True)
             return
         expected = cpu_math(q, k, v, attn_mask=mask & torch.ones(6, 6, dtype=torch.bool).tril())
         torch.testing.assert_close(on_cpu, expected)
-        got = F.scaled_dot_product_attention(*dev_args, attn_mask=mask.to(DEV), is_causal=True)
+        got = F.scaled_dot_product_attention(*dev_args, attn_mask=mask.to(DEVICE), is_causal=True)
         torch.testing.assert_close(got.cpu(), expected)
 
     def test_three_dimensional_inputs(self):
@@ -182,7 +182,7 @@ class TestSDPAMatchesCPU:
         g = torch.Generator().manual_seed(4)
         q, k, v = (torch.randn(2, n, 4, 8, generator=g).transpose(1, 2) for n in (5, 7, 7))
         check_against_cpu(q, k, v)
-        out = F.scaled_dot_product_attention(*(t.to(DEV) for t in (q, k, v)))
+        out = F.scaled_dot_product_attention(*(t.to(DEVICE) for t in (q, k, v)))
         assert out.stride() == q.stride()  # the meta function's layout, see below
 
     def test_strides_equal_the_meta_function(self):
@@ -191,7 +191,7 @@ class TestSDPAMatchesCPU:
 
         g = torch.Generator().manual_seed(5)
         base = [torch.randn(2, n, 4, d, generator=g) for n, d in ((5, 8), (7, 8), (7, 6))]
-        args = [t.transpose(1, 2).to(DEV) for t in base]
+        args = [t.transpose(1, 2).to(DEVICE) for t in base]
         real = FWD(*args)
         with FakeTensorMode() as mode:
             fake = FWD(*(mode.from_tensor(t) for t in args))
@@ -204,7 +204,7 @@ class TestSDPAMatchesCPU:
         assert grads[3] is None
 
     def test_direct_op_backward_respects_grad_input_mask(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         out, lse, *_, seed, offset, _ = FWD(q, k, v)
         dq, dk, dv, db = BWD(torch.ones_like(out), q, k, v, None, [False, True, False, False],
                              out, lse, None, None, 5, 7, 0.0, False, seed, offset)
@@ -221,7 +221,7 @@ class TestSDPADropout:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=p, **kw)
 
     def test_same_seed_same_result_new_draw_differs(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         a = self.sdpa(q, k, v, seed=7).cpu()
         b = self.sdpa(q, k, v, seed=7).cpu()
         c = self.sdpa(q, k, v).cpu()  # the generator moved on
@@ -230,7 +230,7 @@ class TestSDPADropout:
         assert not torch.equal(a, cpu_math(*qkv()))  # dropout did something
 
     def test_uses_the_openreg_generator_not_the_cpu_one(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         cpu_state = torch.get_rng_state()
         dev_state = target.device_module.get_rng_state()
         self.sdpa(q, k, v)
@@ -247,8 +247,8 @@ class TestSDPADropout:
         # Uniform attention (q = k = 0) over S keys with V = identity makes
         # out[i, j] = keep[i, j] / (S * (1 - p)): the output *is* the mask.
         S = 256
-        z = torch.zeros(1, 1, S, 8, device=DEV)
-        eye = torch.eye(S, device=DEV).view(1, 1, S, S)
+        z = torch.zeros(1, 1, S, 8, device=DEVICE)
+        eye = torch.eye(S, device=DEVICE).view(1, 1, S, S)
         out = self.sdpa(z, z, eye, p=p, seed=0).cpu()
         dropped = (out == 0).float().mean().item()
         # S*S = 65536 draws: the standard deviation of the fraction is < 0.002.
@@ -257,7 +257,7 @@ class TestSDPADropout:
         torch.testing.assert_close(kept, torch.full_like(kept, 1 / (S * (1 - p))))
 
     def test_dropout_one_drops_everything(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         out = self.sdpa(q, k, v, p=1.0)
         assert torch.equal(out.cpu(), torch.zeros(out.shape))
 
@@ -266,14 +266,14 @@ class TestSDPADropout:
         # The same seed reproduces the mask; read it from the debug output and
         # give it to the CPU math path as an explicit dropout mask.
         q, k, v = qkv()
-        qd, kd, vd = (t.to(DEV).requires_grad_() for t in (q, k, v))
+        qd, kd, vd = (t.to(DEVICE).requires_grad_() for t in (q, k, v))
         target.device_module.manual_seed(11)
         weights = FWD(qd, kd, vd, None, 0.4, False, True)[-1]
         keep = (weights != 0).cpu()
         assert 0.3 < 1 - keep.float().mean().item() < 0.5
         out = self.sdpa(qd, kd, vd, p=0.4, seed=11)
         grad = torch.randn(out.shape)
-        out.backward(grad.to(DEV))
+        out.backward(grad.to(DEVICE))
 
         qc, kc, vc = (t.clone().requires_grad_() for t in (q, k, v))
         expected = aten._scaled_dot_product_attention_math(qc, kc, vc, None, 0.4, False, keep)[0]
@@ -287,10 +287,10 @@ class TestSDPADropout:
     def test_gradcheck_float64(self, kw):
         q, k, v = qkv(B=1, Hq=4 if kw.get("gqa") else 2, Hkv=2, L=4, S=4 if "is_causal" in kw else 5,
                       E=3, Ev=2)
-        args = [t.double().to(DEV).requires_grad_() for t in (q, k, v)]
+        args = [t.double().to(DEVICE).requires_grad_() for t in (q, k, v)]
         extra = {}
         if kw.get("mask"):
-            args.append(torch.randn(1, 1, 4, 5, dtype=torch.float64, device=DEV, requires_grad=True))
+            args.append(torch.randn(1, 1, 4, 5, dtype=torch.float64, device=DEVICE, requires_grad=True))
         if kw.get("is_causal"):
             extra["is_causal"] = True
         if kw.get("gqa"):
@@ -338,7 +338,7 @@ class TestSDPABackendSelection:
     hw_classification = HW.ACCELERATOR
 
     def test_math_backend_on_openreg_skips_the_fused_kernel(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         rec = RecordOps()
         with sdpa_kernel(SDPBackend.MATH), rec:
             assert torch._fused_sdp_choice(q, k, v) == SDPBackend.MATH.value
@@ -347,7 +347,7 @@ class TestSDPABackendSelection:
         torch.testing.assert_close(out.cpu(), cpu_math(*qkv()))
 
     def test_priority_order_is_honoured(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         with sdpa_kernel([SDPBackend.MATH, SDPBackend.OVERRIDEABLE], set_priority=True):
             assert torch._fused_sdp_choice(q, k, v) == SDPBackend.MATH.value
         with sdpa_kernel([SDPBackend.OVERRIDEABLE, SDPBackend.MATH], set_priority=True):
@@ -357,13 +357,13 @@ class TestSDPABackendSelection:
         q = torch.randn(2, 2, 3, 5, 8)
         rec = RecordOps()
         with rec:
-            out = F.scaled_dot_product_attention(q.to(DEV), q.to(DEV), q.to(DEV))
+            out = F.scaled_dot_product_attention(q.to(DEVICE), q.to(DEVICE), q.to(DEVICE))
         assert FWD not in rec.ops
         torch.testing.assert_close(out.cpu(), cpu_math(q, q, q))
 
     @pytest.mark.openreg_only  # openreg's own message
     def test_only_overrideable_enabled_names_the_reason(self):
-        q = torch.randn(2, 2, 3, 5, 8, device=DEV)
+        q = torch.randn(2, 2, 3, 5, 8, device=DEVICE)
         with sdpa_kernel(SDPBackend.OVERRIDEABLE):
             with pytest.raises(RuntimeError, match="no enabled backend.*must all be 3-D or 4-D"):
                 F.scaled_dot_product_attention(q, q, q)
@@ -373,7 +373,7 @@ class TestSDPABackendSelection:
         with pytest.raises(RuntimeError) as cpu_err:
             cpu_math(q, k, v)
         with pytest.raises(RuntimeError) as dev_err:
-            F.scaled_dot_product_attention(q.to(DEV), k.to(DEV), v.to(DEV))
+            F.scaled_dot_product_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE))
         assert str(dev_err.value).splitlines()[0] == str(cpu_err.value).splitlines()[0]
 
 
@@ -383,7 +383,7 @@ class TestSDPAErrors:
 
     @pytest.mark.openreg_only  # openreg's kernel's own message
     def test_dtype_mismatch(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         with pytest.raises(RuntimeError, match="same dtype"):
             F.scaled_dot_product_attention(q, k.double(), v)
         with pytest.raises(RuntimeError, match="same dtype"):
@@ -391,12 +391,12 @@ class TestSDPAErrors:
 
     @pytest.mark.openreg_only  # openreg's own message
     def test_integer_inputs(self):
-        q = torch.ones(1, 1, 2, 2, dtype=torch.int64, device=DEV)
+        q = torch.ones(1, 1, 2, 2, dtype=torch.int64, device=DEVICE)
         with pytest.raises(RuntimeError, match="query dtype must be float32, float64, float16 or bfloat16"):
             FWD(q, q, q)
 
     def test_device_mismatch(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         with pytest.raises(RuntimeError, match="same device type"):
             F.scaled_dot_product_attention(q, k.cpu(), v)
         # CUDA's wrapper check and message (DeviceCheck.h), before any work
@@ -411,30 +411,30 @@ class TestSDPAErrors:
 
     @pytest.mark.openreg_only  # openreg's own message
     def test_mask_shape(self):
-        q, k, v = (t.to(DEV) for t in qkv())
-        mask = torch.ones(5, 6, dtype=torch.bool, device=DEV)
+        q, k, v = (t.to(DEVICE) for t in qkv())
+        mask = torch.ones(5, 6, dtype=torch.bool, device=DEVICE)
         with pytest.raises(RuntimeError, match=r"attn_mask of shape \[5, 6\] is not broadcastable "
                                                r"to the attention weights' shape \[2, 4, 5, 7\]"):
             F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
     @pytest.mark.openreg_only  # openreg's kernel's own message
     def test_mask_dtype(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         with pytest.raises(RuntimeError, match="attn_mask dtype"):
-            F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(5, 7, dtype=torch.int32, device=DEV))
+            F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(5, 7, dtype=torch.int32, device=DEVICE))
         with pytest.raises(RuntimeError, match="attn_mask must be bool or floating point, got Int"):
-            FWD(q, k, v, torch.ones(5, 7, dtype=torch.int32, device=DEV))
+            FWD(q, k, v, torch.ones(5, 7, dtype=torch.int32, device=DEVICE))
 
     @pytest.mark.parametrize("p", [-0.1, 1.5])
     @pytest.mark.openreg_only  # openreg's own message
     def test_dropout_range(self, p):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1"):
             F.scaled_dot_product_attention(q, k, v, dropout_p=p)
 
     @pytest.mark.openreg_only  # openreg's own messages
     def test_shape_mismatches(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         with pytest.raises(RuntimeError, match=r"key's last dimension \(4\) must equal query's \(8\)"):
             FWD(q, k[..., :4], v)
         with pytest.raises(RuntimeError, match="must agree in heads and sequence length"):
@@ -448,14 +448,14 @@ class TestSDPAErrors:
 
     @pytest.mark.openreg_only  # openreg's own message
     def test_backward_with_dropout_needs_the_seed(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         out, lse, *_ = FWD(q, k, v)
         with pytest.raises(RuntimeError, match="needs the philox_seed"):
             BWD(torch.ones_like(out), q, k, v, None, [True] * 4, out, lse, None, None, 5, 7,
                 0.5, False, torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long))
 
     def test_errors_leave_the_device_usable(self):
-        q, k, v = (t.to(DEV) for t in qkv())
+        q, k, v = (t.to(DEVICE) for t in qkv())
         with pytest.raises(RuntimeError):
             FWD(q, k[..., :4], v)
         torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v).cpu(), cpu_math(*qkv()))
@@ -471,12 +471,12 @@ class TestSDPACompile:
 
         q, k, v = qkv()
         mask = torch.rand(5, 7, generator=torch.Generator().manual_seed(6)) > 0.3
-        eager_args = [t.to(DEV).requires_grad_() for t in (q, k, v)]
-        comp_args = [t.to(DEV).requires_grad_() for t in (q, k, v)]
+        eager_args = [t.to(DEVICE).requires_grad_() for t in (q, k, v)]
+        comp_args = [t.to(DEVICE).requires_grad_() for t in (q, k, v)]
         compiled = torch.compile(attn, backend="aot_eager", fullgraph=True)
-        attn(*eager_args, mask.to(DEV)).backward()
+        attn(*eager_args, mask.to(DEVICE)).backward()
         rec = RecordOps()
-        loss = compiled(*comp_args, mask.to(DEV))
+        loss = compiled(*comp_args, mask.to(DEVICE))
         with rec:
             loss.backward()
         assert BWD in rec.ops
@@ -490,8 +490,8 @@ class TestSDPACompile:
         def attn(q, k, v):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=0.4).sum(-1)
 
-        eager_args = [t.to(DEV).requires_grad_() for t in qkv()]
-        comp_args = [t.to(DEV).requires_grad_() for t in qkv()]
+        eager_args = [t.to(DEVICE).requires_grad_() for t in qkv()]
+        comp_args = [t.to(DEVICE).requires_grad_() for t in qkv()]
         compiled = torch.compile(attn, backend="aot_eager", fullgraph=True)
         target.device_module.manual_seed(3)
         expected = attn(*eager_args)

@@ -8,8 +8,6 @@ from hypothesis import strategies as st
 from tests import target
 from tests.target import DEVICE, HW, device
 
-DEV = DEVICE
-
 
 def same(dev_result, cpu_result, **kw):
     assert dev_result.device.type == DEVICE
@@ -34,18 +32,18 @@ class TestFactories:
             lambda d: torch.empty(3, 4, device=d).fill_(1.5),
             lambda d: torch.tensor([[1, 2], [3, 4]], device=d),
         ]:
-            same(make(DEV), make("cpu"))
+            same(make(DEVICE), make("cpu"))
 
     def test_empty_strided_and_memory_format(self):
-        t = torch.empty_strided((2, 3), (1, 2), device=DEV)
+        t = torch.empty_strided((2, 3), (1, 2), device=DEVICE)
         assert t.stride() == (1, 2)
-        c = torch.empty(2, 3, 4, 5, device=DEV, memory_format=torch.channels_last)
+        c = torch.empty(2, 3, 4, 5, device=DEVICE, memory_format=torch.channels_last)
         assert c.is_contiguous(memory_format=torch.channels_last)
 
     @pytest.mark.openreg_only  # openreg's own message (and its lack of sparse tensors)
     def test_sparse_layout_is_not_implemented(self):
         with pytest.raises(NotImplementedError, match="openreg does not support sparse tensors: the operator .aten::empty.memory_format. has no sparse kernel"):
-            torch.empty(2, 2, layout=torch.sparse_coo, device=DEV)
+            torch.empty(2, 2, layout=torch.sparse_coo, device=DEVICE)
 
 
 @pytest.mark.ops
@@ -54,7 +52,7 @@ class TestViewsAndAliasing:
     hw_classification = HW.ACCELERATOR
 
     def test_views_alias_their_base(self):
-        base = torch.arange(12.0, device=DEV)
+        base = torch.arange(12.0, device=DEVICE)
         v = base.view(3, 4)
         t = v.t()
         s = v[1]
@@ -70,8 +68,8 @@ class TestViewsAndAliasing:
         assert torch.equal(u.cpu(), expect.unfold(0, 4, 2))
 
     def test_inplace_on_view_through_fallback(self):
-        x = torch.zeros(4, 4, device=DEV)
-        x[:, 1].add_(torch.arange(4.0, device=DEV))
+        x = torch.zeros(4, 4, device=DEVICE)
+        x[:, 1].add_(torch.arange(4.0, device=DEVICE))
         x.t()[2].fill_(7)
         ref = torch.zeros(4, 4)
         ref[:, 1].add_(torch.arange(4.0))
@@ -79,50 +77,50 @@ class TestViewsAndAliasing:
         assert torch.equal(x.cpu(), ref)
 
     def test_inplace_returns_self(self):
-        x = torch.ones(3, device=DEV)
+        x = torch.ones(3, device=DEVICE)
         assert x.add_(1) is x
         assert torch.mul(x, 2, out=x) is x
         assert x.cpu().tolist() == [4.0, 4.0, 4.0]
 
     def test_out_argument_is_resized(self):
         a, b = torch.randn(3, 4), torch.randn(3, 4)
-        out = torch.empty(0, device=DEV)
-        r = torch.add(a.to(DEV), b.to(DEV), out=out)
+        out = torch.empty(0, device=DEVICE)
+        r = torch.add(a.to(DEVICE), b.to(DEVICE), out=out)
         assert r is out and out.shape == (3, 4)
         torch.testing.assert_close(out.cpu(), a + b)
 
     def test_view_ops_returning_lists(self):
-        x = torch.arange(10.0, device=DEV)
+        x = torch.arange(10.0, device=DEVICE)
         parts = x.split(3)
         assert [p.shape[0] for p in parts] == [3, 3, 3, 1]
         parts[1].zero_()
         assert x.cpu().tolist()[3:6] == [0.0, 0.0, 0.0]
-        rows = torch.arange(6.0, device=DEV).view(2, 3).unbind(0)
+        rows = torch.arange(6.0, device=DEVICE).view(2, 3).unbind(0)
         assert rows[1].cpu().tolist() == [3.0, 4.0, 5.0]
 
     def test_resize_and_set(self):
-        x = torch.arange(4.0, device=DEV)
+        x = torch.arange(4.0, device=DEVICE)
         x.resize_(2, 3)
         assert x.shape == (2, 3)
         assert x.flatten()[:4].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
-        y = torch.empty(0, device=DEV)
+        y = torch.empty(0, device=DEVICE)
         y.set_(x)
         assert y.data_ptr() == x.data_ptr() and y.shape == x.shape
-        z = torch.empty(0, device=DEV).set_(x.untyped_storage(), 1, (2,), (2,))
+        z = torch.empty(0, device=DEVICE).set_(x.untyped_storage(), 1, (2,), (2,))
         assert z.cpu().tolist() == [1.0, 3.0]
         x.untyped_storage().resize_(64)
         assert x.untyped_storage().nbytes() == 64
 
     def test_item_and_tolist(self):
-        x = torch.tensor([1.5, -2.0], device=DEV)
+        x = torch.tensor([1.5, -2.0], device=DEVICE)
         assert x[0].item() == 1.5
         assert x.tolist() == [1.5, -2.0]
         assert bool(x[1] < 0)
-        assert torch.tensor(3, device=DEV).item() == 3
+        assert torch.tensor(3, device=DEVICE).item() == 3
 
     def test_conj_and_neg_bits(self):
         z = torch.randn(4, dtype=torch.complex64)
-        zd = z.to(DEV)
+        zd = z.to(DEVICE)
         assert torch.equal(zd.conj().cpu(), z.conj())
         assert torch.equal(zd.conj().imag.cpu(), z.conj().imag)
         assert torch.equal((zd.conj() * 2).cpu(), z.conj() * 2)
@@ -135,14 +133,14 @@ class TestCopies:
 
     def test_to_and_from(self):
         x = torch.randn(5, 7)
-        d = x.to(DEV)
+        d = x.to(DEVICE)
         assert d.device == torch.device(device(0))
         assert torch.equal(d.cpu(), x)
         assert torch.equal(d.to(torch.float64).cpu(), x.double())
-        assert torch.equal(x.to(DEV, torch.int32).cpu(), x.to(torch.int32))
+        assert torch.equal(x.to(DEVICE, torch.int32).cpu(), x.to(torch.int32))
 
     def test_clone_and_contiguous(self):
-        x = torch.randn(4, 5, device=DEV).t()
+        x = torch.randn(4, 5, device=DEVICE).t()
         assert not x.is_contiguous()
         c = x.contiguous()
         assert c.is_contiguous() and c.data_ptr() != x.data_ptr()
@@ -152,7 +150,7 @@ class TestCopies:
         assert not torch.equal(y.cpu(), x.cpu())
 
     def test_broadcasting_copy(self):
-        d = torch.empty(3, 4, device=DEV)
+        d = torch.empty(3, 4, device=DEVICE)
         d.copy_(torch.arange(4.0))
         assert torch.equal(d.cpu(), torch.arange(4.0).expand(3, 4))
 
@@ -183,7 +181,7 @@ class TestElementwiseAgainstCpu:
             f = lambda x, y: torch.where(x > y, x, y)  # noqa: E731
         else:
             f = getattr(torch, op)
-        same(f(a.to(DEV), b.to(DEV)), f(a, b))
+        same(f(a.to(DEVICE), b.to(DEVICE)), f(a, b))
 
     @settings(max_examples=30, deadline=None)
     @given(
@@ -201,11 +199,11 @@ class TestElementwiseAgainstCpu:
             "logsumexp": lambda x: x.logsumexp(dim), "cumsum": lambda x: x.cumsum(dim),
             "softmax": lambda x: x.softmax(dim),
         }[op]
-        same(f(a.to(DEV)), f(a))
+        same(f(a.to(DEVICE)), f(a))
 
     def test_data_dependent_shapes(self):
         a = torch.tensor([3, 0, 1, 0, 5])
-        d = a.to(DEV)
+        d = a.to(DEVICE)
         same(torch.nonzero(d), torch.nonzero(a))
         same(d[d > 0], a[a > 0])
         same(torch.unique(d), torch.unique(a))
@@ -213,23 +211,23 @@ class TestElementwiseAgainstCpu:
     def test_indexing(self):
         a = torch.randn(5, 6)
         idx = torch.tensor([4, 0, 2])
-        d = a.to(DEV)
-        same(d[idx.to(DEV)], a[idx])
-        same(d[:, idx.to(DEV)], a[:, idx])
+        d = a.to(DEVICE)
+        same(d[idx.to(DEVICE)], a[idx])
+        same(d[:, idx.to(DEVICE)], a[:, idx])
         d2, a2 = d.clone(), a.clone()
-        d2[idx.to(DEV)] = 0.0
+        d2[idx.to(DEVICE)] = 0.0
         a2[idx] = 0.0
         same(d2, a2)
-        same(torch.gather(d, 1, torch.zeros(5, 2, dtype=torch.long, device=DEV)),
+        same(torch.gather(d, 1, torch.zeros(5, 2, dtype=torch.long, device=DEVICE)),
              torch.gather(a, 1, torch.zeros(5, 2, dtype=torch.long)))
 
     def test_matmul_family(self):
         a, b = torch.randn(8, 5), torch.randn(5, 3)
-        same(a.to(DEV) @ b.to(DEV), a @ b)
+        same(a.to(DEVICE) @ b.to(DEVICE), a @ b)
         x, y = torch.randn(2, 4, 5), torch.randn(2, 5, 6)
-        same(torch.bmm(x.to(DEV), y.to(DEV)), torch.bmm(x, y))
+        same(torch.bmm(x.to(DEVICE), y.to(DEVICE)), torch.bmm(x, y))
         bias = torch.randn(3)
-        same(torch.addmm(bias.to(DEV), a.to(DEV), b.to(DEV)), torch.addmm(bias, a, b))
+        same(torch.addmm(bias.to(DEVICE), a.to(DEVICE), b.to(DEVICE)), torch.addmm(bias, a, b))
 
 
 @pytest.mark.ops
@@ -238,9 +236,9 @@ class TestRandom:
 
     def test_manual_seed_reproduces(self):
         torch.manual_seed(123)
-        a = torch.randn(100, device=DEV)
+        a = torch.randn(100, device=DEVICE)
         torch.manual_seed(123)
-        b = torch.randn(100, device=DEV)
+        b = torch.randn(100, device=DEVICE)
         assert torch.equal(a.cpu(), b.cpu())
 
     def test_devices_have_independent_state(self):
@@ -256,15 +254,15 @@ class TestRandom:
         torch.manual_seed(1)
         cpu_state = torch.get_rng_state()
         target.device_module.manual_seed(99)
-        torch.randn(10, device=DEV)
+        torch.randn(10, device=DEVICE)
         assert torch.equal(torch.get_rng_state(), cpu_state)
 
     def test_rng_state_round_trip(self):
         target.device_module.manual_seed(5)
         state = target.device_module.get_rng_state()
-        a = torch.randn(50, device=DEV)
+        a = torch.randn(50, device=DEVICE)
         target.device_module.set_rng_state(state)
-        b = torch.randn(50, device=DEV)
+        b = torch.randn(50, device=DEVICE)
         assert torch.equal(a.cpu(), b.cpu())
         assert target.device_module.initial_seed() == 5
         states = target.device_module.get_rng_state_all()
@@ -272,15 +270,15 @@ class TestRandom:
         target.device_module.set_rng_state_all(states)
 
     def test_explicit_generator(self):
-        g = torch.Generator(device=DEV)
+        g = torch.Generator(device=DEVICE)
         assert g.device.type == DEVICE
         g.manual_seed(42)
-        a = torch.randn(20, device=DEV, generator=g)
+        a = torch.randn(20, device=DEVICE, generator=g)
         g.manual_seed(42)
-        b = torch.empty(20, device=DEV).normal_(generator=g)
+        b = torch.empty(20, device=DEVICE).normal_(generator=g)
         assert torch.equal(a.cpu(), b.cpu())
         g.manual_seed(42)
-        c = torch.randperm(20, device=DEV, generator=g)
+        c = torch.randperm(20, device=DEVICE, generator=g)
         assert sorted(c.cpu().tolist()) == list(range(20))
 
     def test_seed_and_fork_rng(self):
@@ -288,16 +286,16 @@ class TestRandom:
         target.device_module.seed_all()
         target.device_module.manual_seed(3)
         with torch.random.fork_rng(devices=[0], device_type=DEVICE):
-            torch.randn(5, device=DEV)
+            torch.randn(5, device=DEVICE)
         target.device_module.manual_seed(3)
-        x = torch.randn(5, device=DEV)
+        x = torch.randn(5, device=DEVICE)
         target.device_module.manual_seed(3)
         with torch.random.fork_rng(devices=[0], device_type=DEVICE):
-            torch.randn(100, device=DEV)
-        assert torch.equal(torch.randn(5, device=DEV).cpu(), x.cpu())
+            torch.randn(100, device=DEVICE)
+        assert torch.equal(torch.randn(5, device=DEVICE).cpu(), x.cpu())
 
     def test_dropout_is_reproducible_and_uses_device_generator(self):
-        x = torch.ones(1000, device=DEV)
+        x = torch.ones(1000, device=DEVICE)
         target.device_module.manual_seed(11)
         a = torch.nn.functional.dropout(x, 0.5, training=True)
         target.device_module.manual_seed(11)

@@ -10,12 +10,11 @@ import torch
 
 from tests.target import DEVICE, HW, device
 
-DEV = DEVICE
 COMPLEX = [torch.complex64, torch.complex128]
 
 
 def same(dev_result, cpu_result, **kw):
-    assert dev_result.device.type == DEV
+    assert dev_result.device.type == DEVICE
     assert dev_result.dtype == cpu_result.dtype
     assert dev_result.shape == cpu_result.shape
     torch.testing.assert_close(dev_result.cpu(), cpu_result, **kw)
@@ -40,12 +39,12 @@ class TestComplex:
             "add_complex_scalar", "eq", "exp", "log", "sqrt", "sgn", "tanh", "sum", "mean", "prod", "cumsum"])
     def test_arithmetic(self, op, dtype):
         a, b = cplx(4, 5, dtype=dtype), cplx(4, 5, dtype=dtype, seed=1)
-        same(op(a.to(DEV), b.to(DEV)), op(a, b))
+        same(op(a.to(DEVICE), b.to(DEVICE)), op(a, b))
 
     @pytest.mark.parametrize("dtype", COMPLEX, ids=str)
     def test_matmul_family(self, dtype):
         a, b = cplx(3, 4, dtype=dtype), cplx(4, 5, dtype=dtype, seed=1)
-        A, B = a.to(DEV), b.to(DEV)
+        A, B = a.to(DEVICE), b.to(DEVICE)
         same(A @ B, a @ b)
         same(torch.bmm(A.expand(2, 3, 4), B.expand(2, 4, 5)), torch.bmm(a.expand(2, 3, 4), b.expand(2, 4, 5)))
         same(torch.einsum("ij,jk->ik", A, B), torch.einsum("ij,jk->ik", a, b))
@@ -58,7 +57,7 @@ class TestComplex:
     @pytest.mark.parametrize("dtype", COMPLEX, ids=str)
     def test_parts_abs_angle(self, dtype):
         z = cplx(6, dtype=dtype)
-        Z = z.to(DEV)
+        Z = z.to(DEVICE)
         for f in (torch.abs, torch.angle, torch.real, torch.imag, torch.conj_physical,
                   lambda t: t.conj().resolve_conj(), lambda t: t.conj().imag.resolve_neg()):
             same(f(Z), f(z))
@@ -73,7 +72,7 @@ class TestComplex:
     def test_fft(self, dtype):
         z = cplx(4, 8, dtype=dtype)
         x = z.real.contiguous()
-        Z, X = z.to(DEV), x.to(DEV)
+        Z, X = z.to(DEVICE), x.to(DEVICE)
         fft = torch.fft
         tol = dict(rtol=1e-5, atol=1e-5)
         same(fft.fft(Z), fft.fft(z), **tol)
@@ -87,11 +86,11 @@ class TestComplex:
         same(fft.hfft(Z), fft.hfft(z), **tol)
         same(fft.ihfft(X), fft.ihfft(x), **tol)
         same(fft.fftshift(Z), fft.fftshift(z))
-        same(fft.fftfreq(8, device=DEV), fft.fftfreq(8))
+        same(fft.fftfreq(8, device=DEVICE), fft.fftfreq(8))
 
     def test_view_as_real_and_complex_are_views(self):
         z = cplx(3, 2)
-        Z = z.to(DEV)
+        Z = z.to(DEVICE)
         r = torch.view_as_real(Z)
         same(r, torch.view_as_real(z))
         assert r.untyped_storage().data_ptr() == Z.untyped_storage().data_ptr()
@@ -101,21 +100,21 @@ class TestComplex:
         assert back.dtype == torch.complex64 and back.untyped_storage().data_ptr() == Z.untyped_storage().data_ptr()
         same(back, torch.complex(z.real, torch.zeros_like(z.real)))
         with pytest.raises(RuntimeError, match="Tensor must have a last dimension of size 2"):
-            torch.view_as_complex(torch.zeros(3, 3, device=DEV))
+            torch.view_as_complex(torch.zeros(3, 3, device=DEVICE))
 
     def test_autograd(self):
         z = cplx(5)
         w = z.clone().requires_grad_()
-        W = z.to(DEV).requires_grad_()
+        W = z.to(DEVICE).requires_grad_()
         ((w * w.conj()).real.sum() + w.angle().sum()).backward()
         ((W * W.conj()).real.sum() + W.angle().sum()).backward()
         same(W.grad, w.grad, rtol=1e-5, atol=1e-5)
 
     def test_copies_between_devices(self):
         z = cplx(4, 4)
-        assert torch.equal(z.to(DEV).cpu(), z)
-        assert torch.equal(z.to(DEV).conj().cpu(), z.conj())   # conj bit applied in the copy
-        Z = torch.empty(4, 4, dtype=torch.complex64, device=DEV)
+        assert torch.equal(z.to(DEVICE).cpu(), z)
+        assert torch.equal(z.to(DEVICE).conj().cpu(), z.conj())   # conj bit applied in the copy
+        Z = torch.empty(4, 4, dtype=torch.complex64, device=DEVICE)
         Z.copy_(z.t())
         assert torch.equal(Z.cpu(), z.t())
         assert torch.equal(z.to(device(1)).to(device(0)).cpu(), z)
@@ -132,15 +131,15 @@ class TestNamedTensors:
     @pytest.mark.parametrize("factory", [torch.zeros, torch.ones, torch.empty, torch.randn])
     def test_names_argument_fails_like_cpu(self, factory):
         errors = {}
-        for device in ("cpu", DEV):
+        for device in ("cpu", DEVICE):
             with pytest.raises(TypeError) as info:
                 factory(2, 3, names=("N", "C"), device=device)
             errors[device] = str(info.value)
-        assert errors[DEV] == errors["cpu"]
-        assert "names" in errors[DEV]
+        assert errors[DEVICE] == errors["cpu"]
+        assert "names" in errors[DEVICE]
 
     def test_named_tensor_api_is_absent(self):
-        t = torch.zeros(2, 3, device=DEV)
+        t = torch.zeros(2, 3, device=DEVICE)
         for attr in ("names", "refine_names", "rename", "align_to", "has_names"):
             assert not hasattr(t, attr), attr
         assert not any("Dimname" in str(s) for s in torch._C._jit_get_all_schemas())
@@ -152,7 +151,7 @@ class TestSparse:
     hw_classification = HW.ACCELERATOR
 
     def test_to_sparse(self):
-        x = torch.randn(3, 3, device=DEV)
+        x = torch.randn(3, 3, device=DEVICE)
         with pytest.raises(NotImplementedError, match=r"openreg does not support sparse tensors: the operator "
                                                       r"'aten::_to_sparse' would return one on the openreg device"):
             x.to_sparse()
@@ -168,7 +167,7 @@ class TestSparse:
         (lambda x: x.to_sparse(layout=torch.sparse_csc), "aten::_to_sparse"),
     ], ids=["csr", "csc", "bsr", "layout-csc"])
     def test_to_sparse_compressed(self, convert, op):
-        x = torch.randn(4, 4, device=DEV)
+        x = torch.randn(4, 4, device=DEVICE)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Sparse CSR tensor support is in beta state"
             with pytest.raises(NotImplementedError, match=rf"openreg does not support sparse compressed "
@@ -180,18 +179,18 @@ class TestSparse:
         msg = (r"openreg does not support sparse tensors: the operator "
                r"'aten::_sparse_coo_tensor_with_dims_and_tensors' has no sparse kernel for the openreg device")
         with pytest.raises(NotImplementedError, match=msg):
-            torch.sparse_coo_tensor(i, v, (2, 2), device=DEV, check_invariants=False)
+            torch.sparse_coo_tensor(i, v, (2, 2), device=DEVICE, check_invariants=False)
         with pytest.raises(NotImplementedError, match=msg):
-            torch.sparse_coo_tensor(i.to(DEV), v.to(DEV), (2, 2), check_invariants=False)
+            torch.sparse_coo_tensor(i.to(DEVICE), v.to(DEVICE), (2, 2), check_invariants=False)
         with pytest.raises(NotImplementedError, match=msg):
-            torch.sparse_coo_tensor(i, v, (2, 2), check_invariants=False).to(DEV)
+            torch.sparse_coo_tensor(i, v, (2, 2), check_invariants=False).to(DEVICE)
 
     def test_sparse_layout_factory(self):
         with pytest.raises(NotImplementedError, match="openreg does not support sparse tensors: the operator 'aten::empty.memory_format'"):
-            torch.zeros(2, 2, layout=torch.sparse_coo, device=DEV)
+            torch.zeros(2, 2, layout=torch.sparse_coo, device=DEVICE)
 
     def test_no_device_memory_is_leaked(self):
-        x = torch.randn(64, 64, device=DEV)
+        x = torch.randn(64, 64, device=DEVICE)
         torch.openreg.synchronize()
         before = torch.openreg.memory_allocated()
         for _ in range(3):
@@ -201,7 +200,7 @@ class TestSparse:
 
     def test_mkldnn_is_refused_too(self):
         with pytest.raises(NotImplementedError, match="openreg does not support Mkldnn tensors: the operator 'aten::to_mkldnn'"):
-            torch.randn(2, 2, device=DEV).to_mkldnn()
+            torch.randn(2, 2, device=DEVICE).to_mkldnn()
 
 
 @pytest.mark.ops

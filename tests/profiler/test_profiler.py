@@ -17,18 +17,17 @@ from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trac
 from tests import target
 from tests.target import DEVICE, HW, device
 
-DEV = DEVICE
 ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 
 
 def model():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(DEV)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(DEVICE)
 
 
 def train_step(m, opt):
-    x = torch.randn(8, 16, device=DEV)
-    y = torch.randn(8, 4, device=DEV)
+    x = torch.randn(8, 16, device=DEVICE)
+    y = torch.randn(8, 4, device=DEVICE)
     loss = nn.functional.mse_loss(m(x), y)
     opt.zero_grad()
     loss.backward()
@@ -37,7 +36,7 @@ def train_step(m, opt):
 
 
 def device_events(prof):
-    return [e for e in prof.events() if e.device_type == torch.device(DEV).type
+    return [e for e in prof.events() if e.device_type == torch.device(DEVICE).type
             or str(e.device_type).endswith(DEVICE.upper())]
 
 
@@ -123,7 +122,7 @@ class TestCopiesStreamsDevices:
     def test_copies_carry_bytes_and_kind(self, tmp_path):
         a = torch.randn(256)  # 1 KiB
         with profile(activities=ACTIVITIES) as prof:
-            d = a.to(DEV)
+            d = a.to(DEVICE)
             back = d.cpu()
         assert torch.equal(back, a)
         trace = chrome_trace(prof, tmp_path)
@@ -151,7 +150,7 @@ class TestCopiesStreamsDevices:
     @pytest.mark.openreg_only
     def test_two_streams_two_rows(self):
         s1, s2 = torch.openreg.Stream(), torch.openreg.Stream()
-        x = torch.randn(64, 64, device=DEV)
+        x = torch.randn(64, 64, device=DEVICE)
         with profile(activities=ACTIVITIES) as prof:
             with torch.openreg.stream(s1):
                 a = x @ x
@@ -186,7 +185,7 @@ class TestRangesAndMarkers:
     def test_record_function_and_range_markers(self, tmp_path):
         from torch_openreg import profiler as orprof
 
-        x = torch.randn(32, 32, device=DEV)
+        x = torch.randn(32, 32, device=DEVICE)
         with profile(activities=ACTIVITIES) as prof:
             with record_function("my_block"):
                 with orprof.range("my_range"):
@@ -243,7 +242,7 @@ class TestProfilerLifecycle:
 
     @pytest.mark.openreg_only
     def test_nothing_recorded_outside_a_profile(self):
-        x = torch.randn(16, device=DEV)
+        x = torch.randn(16, device=DEVICE)
         with profile(activities=ACTIVITIES):
             x.mul(2)
         for _ in range(3):
@@ -255,13 +254,13 @@ class TestProfilerLifecycle:
         assert not any(n in ("aten::div", "aten::mul") for n in names), names
 
     def test_cpu_only_profile_has_no_device_events(self):
-        x = torch.randn(16, device=DEV)
+        x = torch.randn(16, device=DEVICE)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             x.mul(2).sum().item()
         assert device_events(prof) == []
 
     def test_fifty_cycles_leak_no_threads_or_memory(self):
-        x = torch.randn(64, device=DEV)
+        x = torch.randn(64, device=DEVICE)
 
         def cycle():
             with profile(activities=ACTIVITIES):
@@ -294,7 +293,7 @@ class TestLegacyPath:
     hw_classification = HW.ACCELERATOR
 
     def test_use_device_openreg_reports_non_negative_device_time(self, recwarn):
-        x = torch.randn(128, 128, device=DEV)
+        x = torch.randn(128, 128, device=DEVICE)
         with torch.autograd.profiler.profile(use_device=DEVICE) as prof:
             y = (x @ x).relu()
             target.device_module.synchronize()
@@ -315,7 +314,7 @@ class TestMemoryProfiling:
 
     def test_profile_memory_shows_openreg_allocations(self):
         with profile(activities=ACTIVITIES, profile_memory=True) as prof:
-            x = torch.empty(1024, 1024, device=DEV)  # 4 MiB
+            x = torch.empty(1024, 1024, device=DEVICE)  # 4 MiB
             del x
         avg = {e.key: e for e in prof.key_averages()}
         assert avg["aten::empty"].device_memory_usage >= 4 << 20
