@@ -12,6 +12,7 @@ the name reaches the tests through ``tests/target.py``.
 Child interpreters (``run_python``) are in ``tests/_subprocess.py``.
 """
 
+import importlib
 import os
 import tempfile
 
@@ -44,14 +45,19 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    # The options reach tests/target.py (imported later, at collection) and
-    # child processes through the environment.
+    # The options reach tests/target.py and child processes through the
+    # environment, in the variables target.py names. target.py reads them at
+    # import, which naming them here has just done: read them again once set.
+    from tests import target
+
     device = config.getoption("--device")
     if device:
-        os.environ["OPENREG_TESTS_DEVICE"] = device
+        os.environ[target.DEVICE_VAR] = device
     dist_backend = config.getoption("--dist-backend")
     if dist_backend:
-        os.environ["OPENREG_TESTS_DIST_BACKEND"] = dist_backend
+        os.environ[target.DIST_BACKEND_VAR] = dist_backend
+    if device or dist_backend:
+        importlib.reload(target)
 
     # A component marker must also be registered in pyproject.toml
     # (--strict-markers rejects unregistered ones, but only once a test uses it).
