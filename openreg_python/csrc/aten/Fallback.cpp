@@ -11,6 +11,7 @@
 #include "DeviceCheck.h"
 #include "Graph.h"
 #include "KernelView.h"
+#include "StackArgs.h"
 
 #include "Philox.h"
 
@@ -34,38 +35,6 @@ namespace {
 
 constexpr char kSparse[] = "sparse";
 constexpr char kSparseCsr[] = "sparse compressed (CSR/CSC/BSR/BSC)";
-
-bool is_optional_generator(const c10::Argument& arg) {
-  const auto& type = arg.type();
-  if (type->kind() != c10::TypeKind::OptionalType) return false;
-  return type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
-         c10::TypeKind::GeneratorType;
-}
-
-// The device an operator call runs on: its openreg tensors' device, else the
-// device named by a `device=` argument, else the current device.
-c10::DeviceIndex find_device(const torch::jit::Stack& stack, size_t begin, size_t end) {
-  std::optional<c10::DeviceIndex> from_device_arg;
-  for (size_t i = begin; i < end; ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor()) {
-      if (is_openreg(v.toTensor())) return v.toTensor().device().index();
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) {
-        if (is_openreg(t)) return t.device().index();
-      }
-    } else if (v.isList()) {
-      for (const c10::IValue& e : v.toListRef()) {
-        if (e.isTensor() && is_openreg(e.toTensor())) return e.toTensor().device().index();
-      }
-    } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
-      if (!from_device_arg) {
-        from_device_arg = v.toDevice().has_index() ? v.toDevice().index() : current_device();
-      }
-    }
-  }
-  return from_device_arg ? *from_device_arg : current_device();
-}
 
 c10::IValue unwrap_value(AliasSet& aliases, c10::IValue v) {
   if (v.isTensor()) return aliases.unwrap(v.toTensor());
@@ -204,7 +173,10 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   const size_t begin = stack->size() - n;
 
   check_devices(schema, *stack, begin);
-  const c10::DeviceIndex device = find_device(*stack, begin, stack->size());
+  // The device the call runs on: its openreg tensors', else a `device=`
+  // argument's, else the current device.
+  const c10::DeviceIndex device =
+      stack_device(*stack, begin, stack->size()).value_or(current_device());
   AliasSet aliases(device);
   // The stack's openreg arguments, moved out (not copied: a new handle to a
   // tensor with a Python object costs a GIL round trip, see KernelView.h)

@@ -1,0 +1,64 @@
+// Private to the graph glue: what the capture (GraphCapture.cpp), the
+// recorded nodes (GraphNode.cpp) and the graph object (GraphImpl.cpp) share.
+// Graph.h is the glue's public side (the bindings').
+//
+// How the three fit: GraphImpl's capture_begin turns on kCaptureKey in the
+// capturing thread; the key's fallback (capture_fallback) turns each
+// operator call on a capturing stream into a Node, launched on the stream
+// with orLaunchKernelOwned; the runtime keeps the nodes in the graph, and a
+// replay runs them (run_node) in order.
+#pragma once
+
+#include "Sanitizer.h"
+
+#include "../runtime/OpenRegGenerator.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/DispatchKey.h>
+
+#include <openreg.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torch_openreg {
+
+// The key whose fallback records operators during a capture. Unused by
+// PyTorch's own operators (it exists for out-of-tree random generators);
+// it sits above the backends and below autograd.
+constexpr c10::DispatchKey kCaptureKey = c10::DispatchKey::CustomRNGKeyId;
+
+// openreg captures running in the process (the fallback's fast exit).
+extern std::atomic<int> g_graph_captures;
+
+// ---------------------------------------------------------------- nodes (GraphNode.cpp)
+// One recorded operator: what its replay calls.
+struct Node {
+  explicit Node(c10::OperatorHandle o) : op(std::move(o)) {}
+  c10::OperatorHandle op;
+  std::vector<c10::IValue> args;       // openreg tensors borrow the captured memory
+  std::vector<at::Tensor> copy_into;   // no out= variant: the results are copied here
+  std::unique_ptr<PinnedPhilox> rng;   // random operators
+};
+
+// The node's kernel (its replay) and its deleter, for orLaunchKernelOwned.
+orError_t run_node(void* node);
+void delete_node(void* node);
+
+// The out= overload of a functional operator: the same arguments, then one
+// written tensor per result (add.Tensor -> add.out). Cached.
+std::optional<c10::OperatorHandle> out_variant(const c10::OperatorHandle& op);
+
+// The memory a capture's nodes touch, by capture id: a replay declares it to
+// the stream sanitizer as one launch's accesses (reads, and writes for the
+// arguments an operator writes and the results it fills). `fresh`: the
+// results the capture allocated; `out_variant`: they are arguments of the node.
+void record_accesses(unsigned long long capture_id, const Node& node, bool out_variant,
+                     const std::vector<at::Tensor>& fresh);
+std::vector<SanitizerAccess> take_accesses(unsigned long long capture_id);
+
+}  // namespace torch_openreg
