@@ -1,3 +1,7 @@
+// Aliases: an openreg tensor as a CPU tensor over the kernel view of its
+// bytes, for one kernel call (AliasSet, KernelView.h), and results turned
+// back into openreg tensors. Kernel-view allocations:
+// KernelViewAllocation.cpp; quantized aliases: QuantizedAlias.cpp.
 #include "KernelView.h"
 
 #include "../runtime/OpenRegAllocator.h"
@@ -19,199 +23,6 @@
 #include <typeinfo>
 
 namespace torch_openreg {
-
-// ---- Kernel-view allocations
-// Outputs and workspaces of CPU code running on device memory. Each one is
-// an ordinary openreg allocation, handed to the CPU code as a DataPtr whose
-// data == context == the kernel-view address (device CPU, so CPU code may
-// write it, and may also take it through Allocator::raw_allocate/
-// raw_deallocate, as oneDNN does). The owning openreg DataPtr waits in a
-// registry keyed by that address until the CPU DataPtr is freed or rehomed
-// as an openreg one.
-//
-// Every operator result passes through the registry once each way, so its
-// fast part takes no lock: a fixed table whose slots are claimed and
-// released with one atomic operation each. An address lives in one of
-// kKvProbe slots after its hash; when those are all taken the entry goes to
-// an overflow map under a mutex. A slot's key is nullptr (free), kKvBusy
-// (being filled) or the address; its owner is written only by the thread
-// that claimed it and read only by the one thread that frees the address
-// (each kernel-view DataPtr has one owner).
-namespace {
-constexpr size_t kKvSlots = 1024;
-constexpr size_t kKvProbe = 8;
-void* const kKvBusy = reinterpret_cast<void*>(uintptr_t(1));
-
-struct KvSlot {
-  std::atomic<void*> key{nullptr};
-  c10::DataPtr owner;
-};
-
-struct KvRegistry {
-  std::array<KvSlot, kKvSlots> slots;
-  std::mutex mu;
-  std::atomic<size_t> overflow_size{0};
-  ska::flat_hash_map<void*, c10::DataPtr> overflow;
-};
-
-KvRegistry& kv_registry() {
-  static auto* r = new KvRegistry();  // never destroyed: frees may come late
-  return *r;
-}
-
-inline size_t kv_hash(void* kv) {
-  // Addresses are OR_MALLOC_ALIGNMENT-aligned: drop the zero bits, mix.
-  return static_cast<size_t>((reinterpret_cast<uintptr_t>(kv) >> 9) * 0x9E3779B97F4A7C15ull >> 40);
-}
-
-void put_kv_allocation(void* kv, c10::DataPtr owner) {
-  KvRegistry& r = kv_registry();
-  size_t h = kv_hash(kv);
-  for (size_t i = 0; i < kKvProbe; ++i) {
-    KvSlot& slot = r.slots[(h + i) & (kKvSlots - 1)];
-    void* expected = nullptr;
-    if (slot.key.load(std::memory_order_relaxed) == nullptr &&
-        slot.key.compare_exchange_strong(expected, kKvBusy, std::memory_order_acquire)) {
-      slot.owner = std::move(owner);
-      slot.key.store(kv, std::memory_order_release);
-      return;
-    }
-  }
-  std::lock_guard<std::mutex> g(r.mu);
-  r.overflow.emplace(kv, std::move(owner));
-  r.overflow_size.store(r.overflow.size(), std::memory_order_release);
-}
-
-// The openreg DataPtr behind kernel-view address `kv` (empty if unknown),
-// no longer registered.
-c10::DataPtr take_kv_allocation(void* kv) {
-  if (!kv) return {};  // zero bytes: nothing registered
-  KvRegistry& r = kv_registry();
-  size_t h = kv_hash(kv);
-  for (size_t i = 0; i < kKvProbe; ++i) {
-    KvSlot& slot = r.slots[(h + i) & (kKvSlots - 1)];
-    if (slot.key.load(std::memory_order_acquire) == kv) {
-      c10::DataPtr owner = std::move(slot.owner);
-      slot.key.store(nullptr, std::memory_order_release);
-      return owner;
-    }
-  }
-  if (r.overflow_size.load(std::memory_order_acquire) == 0) return {};
-  std::lock_guard<std::mutex> g(r.mu);
-  auto it = r.overflow.find(kv);
-  if (it == r.overflow.end()) return {};
-  c10::DataPtr owner = std::move(it->second);
-  r.overflow.erase(it);
-  r.overflow_size.store(r.overflow.size(), std::memory_order_release);
-  return owner;
-}
-
-void kv_deleter(void* kv) {
-  take_kv_allocation(kv);  // the owner frees the block as it goes
-}
-
-// The device whose kernel this thread is running (KernelScope), or -1.
-thread_local int t_kernel_device = -1;
-}  // namespace
-
-c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes) {
-  if (nbytes == 0) {
-    return {nullptr, nullptr, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DataPtr owner = allocateOn(device, nbytes);
-  // Inside a kernel: the kernel is about to write its new output/workspace.
-  if (C10_UNLIKELY(sanitizer_on()) && t_kernel_device >= 0)
-    sanitize_fresh_allocation(owner.get(), nbytes);
-  void* kv = static_cast<char*>(owner.get()) + kernel_view_offset(device);
-  put_kv_allocation(kv, std::move(owner));
-  return {kv, kv, &kv_deleter, c10::Device(c10::DeviceType::CPU)};
-}
-
-bool freeKernelViewPointer(void* kv) {
-  return static_cast<bool>(take_kv_allocation(kv).get_context());
-}
-
-bool isKernelViewDataPtr(const c10::DataPtr& ptr) {
-  return ptr.get_deleter() == &kv_deleter;
-}
-
-c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr, c10::DeviceIndex device) {
-  TORCH_INTERNAL_ASSERT(isKernelViewDataPtr(ptr));
-  void* kv = ptr.get();
-  ptr.release_context();  // ownership moves to the returned DataPtr
-  if (!kv) return allocateOn(device, 0);  // zero bytes: still this device's
-  c10::DataPtr owner = take_kv_allocation(kv);
-  TORCH_INTERNAL_ASSERT(owner.get_context(), "openreg: unknown kernel-view allocation");
-  return owner;
-}
-
-namespace {
-
-// Allocator of the CPU alias storages: when a CPU kernel resizes an alias
-// (an out= argument of the wrong size), the new bytes come from the device.
-struct KernelViewAllocator final : public c10::Allocator {
-  c10::DataPtr allocate(size_t n) override {
-    int d = t_kernel_device >= 0 ? t_kernel_device : current_device();
-    return allocateKernelView(static_cast<c10::DeviceIndex>(d), n);
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-  void copy_data(void* dst, const void* src, size_t n) const override {
-    if (n) std::memcpy(dst, src, n);
-  }
-};
-
-KernelViewAllocator& kernel_view_allocator() {
-  static auto* a = new KernelViewAllocator();
-  return *a;
-}
-
-c10::DeleterFnPtr g_base_raw_deleter = nullptr;
-
-// raw_deallocate of the shim: kernel-view blocks go back to the device
-// allocator, anything else to the wrapped CPU allocator.
-void shim_raw_delete(void* p) {
-  if (p && freeKernelViewPointer(p)) return;
-  if (g_base_raw_deleter) g_base_raw_deleter(p);
-}
-
-// Wraps the process's CPU allocator. Outside kernels it forwards every call;
-// inside a KernelScope it serves CPU allocations from device memory.
-struct CPUAllocatorShim final : public c10::Allocator {
-  explicit CPUAllocatorShim(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t n) override {
-    int d = t_kernel_device;
-    if (d >= 0) return allocateKernelView(static_cast<c10::DeviceIndex>(d), n);
-    return base_->allocate(n);
-  }
-  c10::DeleterFnPtr raw_deleter() const override {
-    return g_base_raw_deleter ? &shim_raw_delete : nullptr;
-  }
-  void copy_data(void* dst, const void* src, size_t n) const override {
-    base_->copy_data(dst, src, n);
-  }
-  c10::Allocator* base_;
-};
-
-}  // namespace
-
-void install_cpu_allocator_shim() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    c10::Allocator* base = c10::GetCPUAllocator();
-    g_base_raw_deleter = base->raw_deleter();
-    static auto* shim = new CPUAllocatorShim(base);
-    c10::SetCPUAllocator(shim, /*priority=*/UINT8_MAX);
-  });
-}
-
-// (One thread-local lookup per scope: each is a call into the dynamic
-// linker from a shared library.)
-KernelScope::KernelScope(c10::DeviceIndex device) : slot_(&t_kernel_device) {
-  prev_ = *slot_;
-  *slot_ = device;
-}
-
-KernelScope::~KernelScope() { *slot_ = prev_; }
 
 at::Tensor make_openreg_tensor(c10::Storage storage, const caffe2::TypeMeta dtype,
                                c10::IntArrayRef sizes, c10::IntArrayRef strides,
@@ -243,7 +54,7 @@ AliasSet::StorageEntry& AliasSet::storage_alias(const c10::Storage& s) {
   }
   c10::Storage alias(c10::Storage::use_byte_size_t(), impl->nbytes(),
                      c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)),
-                     &kernel_view_allocator(), impl->resizable());
+                     kernelViewAllocator(), impl->resizable());
   if (kv) cacheCpuAlias(dp, alias.unsafeGetStorageImpl());
   storages_.push_back({impl, std::move(alias), kv});
   return storages_.back();
@@ -354,72 +165,6 @@ c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
        as->data_ptr().get()});
   return a;
 }
-
-// [docs:quantized-alias]
-// Quantized tensors (the QuantizedPrivateUse1 key). A quantized openreg
-// tensor's alias is a quantized CPU tensor (QTensorImpl, QuantizedCPU) over
-// the same bytes, with the same quantizer; a per-channel quantizer's scales
-// and zero points are openreg tensors, so the alias gets a quantizer over
-// their aliases. A quantized CPU result becomes a quantized openreg tensor
-// the same way back. The CPU's quantized kernels then run on device memory
-// like every other kernel, and nothing is copied.
-namespace {
-at::QuantizerPtr map_quantizer(const at::QuantizerPtr& q,
-                               const std::function<at::Tensor(const at::Tensor&)>& map) {
-  // (By type, not qscheme(): an UnknownQuantizer, which empty_strided of a
-  // quantized dtype makes, asserts when asked.)
-  if (auto* fq = dynamic_cast<at::PerChannelAffineFloatQParamsQuantizer*>(q.get())) {
-    at::Tensor s = map(fq->scales()), z = map(fq->zero_points());
-    if (s.is_same(fq->scales()) && z.is_same(fq->zero_points())) return q;
-    return c10::make_intrusive<at::PerChannelAffineFloatQParamsQuantizer>(q->scalar_type(), s, z,
-                                                                           fq->axis());
-  }
-  if (auto* pc = dynamic_cast<at::PerChannelAffineQuantizer*>(q.get())) {
-    at::Tensor s = map(pc->scales()), z = map(pc->zero_points());
-    if (s.is_same(pc->scales()) && z.is_same(pc->zero_points())) return q;
-    return c10::make_intrusive<at::PerChannelAffineQuantizer>(q->scalar_type(), s, z, pc->axis());
-  }
-  return q;  // per-tensor (a scale and a zero point) or unknown: no device state
-}
-}  // namespace
-
-// A quantized tensor with `like`'s geometry over `storage`: key
-// QuantizedPrivateUse1 (an openreg tensor) or QuantizedCPU (an alias, a host
-// copy).
-at::Tensor make_qtensor(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like,
-                        at::QuantizerPtr quantizer) {
-  auto t = at::detail::make_tensor<at::QTensorImpl>(
-      std::move(storage), c10::DispatchKeySet(key), like.dtype(), std::move(quantizer));
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
-                                                 like.storage_offset());
-  return t;
-}
-
-at::Tensor storage_bytes(const c10::Storage& st) {
-  const int64_t n = static_cast<int64_t>(st.nbytes());
-  if (st.device().type() == c10::DeviceType::PrivateUse1) {
-    return make_openreg_tensor(st, caffe2::TypeMeta::Make<uint8_t>(), {n}, {1}, 0);
-  }
-  auto t = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(st), c10::DispatchKeySet(c10::DispatchKey::CPU),
-      caffe2::TypeMeta::Make<uint8_t>());
-  t.unsafeGetTensorImpl()->set_sizes_contiguous({n});
-  return t;
-}
-
-at::QuantizerPtr quantizer_on(const at::QuantizerPtr& q, c10::Device device) {
-  return map_quantizer(q, [device](const at::Tensor& x) { return x.to(device); });
-}
-
-at::Tensor quantized_to_cpu(const at::Tensor& src) {
-  // The whole storage's bytes (sub-byte dtypes pack several values into a
-  // byte, so elements and bytes do not line up), and the quantizer with its
-  // scales on the host.
-  at::Tensor bytes = storage_bytes(src.storage()).cpu();
-  return make_qtensor(bytes.storage(), c10::DispatchKey::QuantizedCPU, src,
-                      quantizer_on(at::get_qtensorimpl(src)->quantizer(), at::kCPU));
-}
-// [docs:quantized-alias:end]
 
 // The index in tensors_ of `t`'s alias, made if needed; -1 if `t` is not
 // an openreg tensor.

@@ -18,6 +18,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <exception>
+#include <functional>
 
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegStream.h"
@@ -58,6 +59,9 @@ bool freeKernelViewPointer(void* kv);
 // Converts a DataPtr made by allocateKernelView on `device` into the openreg
 // DataPtr of the same block, without copying.
 c10::DataPtr rehomeKernelViewDataPtr(c10::DataPtr&& ptr, c10::DeviceIndex device);
+// The allocator of alias storages: a CPU kernel that resizes an alias (an
+// out= argument of the wrong size) gets its new bytes from the device.
+c10::Allocator* kernelViewAllocator();
 
 // Installs the CPU-allocator shim that makes KernelScope work. Idempotent.
 void install_cpu_allocator_shim();
@@ -234,5 +238,9 @@ at::Tensor storage_bytes(const c10::Storage& st);
 at::Tensor quantized_to_cpu(const at::Tensor& src);
 // A quantizer with its scales and zero points (if any) on `device`.
 at::QuantizerPtr quantizer_on(const at::QuantizerPtr& q, c10::Device device);
+// `q` with its scales and zero points (per-channel quantizers) mapped by
+// `map`; `q` itself when the map leaves them as they are.
+at::QuantizerPtr map_quantizer(const at::QuantizerPtr& q,
+                               const std::function<at::Tensor(const at::Tensor&)>& map);
 
 }  // namespace torch_openreg
