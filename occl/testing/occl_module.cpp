@@ -136,6 +136,9 @@ struct Comm {
 
 }  // namespace
 
+// One function, longer than the house's 100 lines on purpose: it is the
+// binding table of liboccl's API for the torch-free tests, one entry per
+// call of occl.h, read by looking a call up by its name.
 PYBIND11_MODULE(_occl_testing, m) {
   m.doc() = "liboccl's API for tests (no torch)";
   py::object base = py::reinterpret_borrow<py::object>(PyExc_RuntimeError);

@@ -214,14 +214,9 @@ py::dict host_memory_stats() {
   return r;
 }
 
-}  // namespace
-
-PYBIND11_MODULE(_C, m) {
-  m.doc() = "OpenReg device bindings (see torch.openreg)";
-  torch_openreg::install_cpu_allocator_shim();
-  torch_openreg::register_structured_kernels();
-  torch_openreg::bind_sanitizer(m);
-
+// Lazy initialisation, fork safety, the default generators and their graph
+// capture hooks.
+void bind_generators(py::module& m) {
   m.def("_init", [] {
     torch::utils::register_fork_handler_for_device_init(at::kPrivateUse1);
     at::globalContext().lazyInitDevice(c10::DeviceType::PrivateUse1);
@@ -261,8 +256,10 @@ PYBIND11_MODULE(_C, m) {
     std::lock_guard<std::mutex> lock(g.mutex());
     g.get<torch_openreg::OpenRegGeneratorImpl>()->replay_prologue(increment);
   });
+}
 
-  // devices
+// Devices: count, current device, index checks, synchronize, _sleep.
+void bind_devices(py::module& m) {
   m.def("_get_device_count", [] { return static_cast<int>(torch_openreg::device_count()); });
   m.def("_get_device", [] { return static_cast<int>(torch_openreg::current_device()); });
   m.def("_set_device", [](int64_t index) { torch_openreg::set_device(device_index(index)); });
@@ -298,8 +295,10 @@ PYBIND11_MODULE(_C, m) {
     OPENREG_CHECK(orLaunchSleep(torch_openreg::currentNativeStream(idx),
                                 static_cast<unsigned long long>(us)));
   });
+}
 
-  // streams
+// Streams and events: priorities, current/default/pool streams, ids.
+void bind_streams(py::module& m) {
   m.def("_stream_priority_range", [] {
     int least = 0, greatest = 0;
     OPENREG_CHECK(orDeviceGetStreamPriorityRange(&least, &greatest));
@@ -341,8 +340,11 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     return a->event.elapsedTime(b->event);
   });
+}
 
-  // graphs (the graph itself is torch.accelerator.Graph, aten/Graph.cpp)
+// Graphs: pool handles and the capture status (the graph itself is
+// torch.accelerator.Graph, aten/GraphImpl.cpp).
+void bind_graphs(py::module& m) {
   m.def("_graph_pool_handle", [] {
     auto id = torch_openreg::graphPoolHandle();
     return py::make_tuple(id.first, id.second);
@@ -350,8 +352,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_is_current_stream_capturing", [](int64_t index) {
     return torch_openreg::currentStreamIsCapturing(index_or_current(index));
   });
+}
 
-  // memory
+// Memory: info, history and snapshots, the fraction, host-memory statistics.
+void bind_memory(py::module& m) {
   m.def("_mem_get_info", [](int64_t index) {
     auto info = torch_openreg::getDeviceAllocator()->getMemoryInfo(index_or_current(index));
     return py::make_tuple(info.first, info.second);
@@ -374,20 +378,24 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_accumulated_host_memory_stats", [] {
     at::getHostAllocator(at::kPrivateUse1)->reset_accumulated_stats();
   });
+}
 
-  // backend metadata (runtime/OpenRegSerialization.h): the "format" tag that
-  // torch.save/torch.load carry along; None clears it.
+// Backend metadata (runtime/OpenRegSerialization.h): the "format" tag that
+// torch.save/torch.load carry along; None clears it.
+void bind_backend_meta(py::module& m) {
   m.def("_set_backend_meta", [](const at::Tensor& t, std::optional<std::string> format) {
     torch_openreg::set_backend_format(t, format);
   }, py::arg("tensor"), py::arg("format"));
   m.def("_get_backend_meta", [](const at::Tensor& t) {
     return torch_openreg::get_backend_format(t);
   }, py::arg("tensor"));
+}
 
 #ifdef OPENREG_SANITIZER_SELFTEST
-  // Planted bugs, compiled into sanitizer builds only (make check-asan-glue):
-  // a glue run that does not report them is not checking the glue
-  // (tests/device/test_sanitizer_glue.py runs each in a child process).
+// Planted bugs, compiled into sanitizer builds only (make check-asan-glue):
+// a glue run that does not report them is not checking the glue
+// (tests/device/test_sanitizer_glue.py runs each in a child process).
+void bind_planted_bugs(py::module& m) {
   m.def("_planted_heap_overflow", [] {
     char* volatile p = new char[8];
     p[8] = 1;  // one past the end
@@ -397,5 +405,24 @@ PYBIND11_MODULE(_C, m) {
     volatile int big = std::numeric_limits<int>::max();
     return big + x;  // undefined for x > 0
   });
+}
+#endif
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "OpenReg device bindings (see torch.openreg)";
+  torch_openreg::install_cpu_allocator_shim();
+  torch_openreg::register_structured_kernels();
+  torch_openreg::bind_sanitizer(m);
+
+  bind_generators(m);
+  bind_devices(m);
+  bind_streams(m);
+  bind_graphs(m);
+  bind_memory(m);
+  bind_backend_meta(m);
+#ifdef OPENREG_SANITIZER_SELFTEST
+  bind_planted_bugs(m);
 #endif
 }

@@ -258,6 +258,9 @@ TraceRecorder& default_recorder() {
 
 }  // namespace
 
+// One function, longer than the house's 100 lines on purpose: it is the
+// binding table of the runtime's C API for the torch-free tests, one m.def
+// per call of openreg.h, read by looking a call up by its name.
 PYBIND11_MODULE(_runtime, m) {
   m.doc() = "OpenReg runtime C API, exposed for tests (no torch dependency)";
 

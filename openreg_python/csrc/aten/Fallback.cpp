@@ -159,25 +159,10 @@ void check_devices(const c10::FunctionSchema& schema, const torch::jit::Stack& s
 }
 // [docs:fallback-device-check:end]
 
-// Quantized openreg tensors (the QuantizedPrivateUse1 key) take the same
-// path, with one difference: the CPU's quantized kernels are registered
-// under QuantizedCPU, some factories under CPU behind BackendSelect, so the
-// call on the aliases goes through the dispatcher again (below autograd)
-// and finds whichever kernel the CPU would run.
-template <bool Quantized>
-void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
-                      torch::jit::Stack* stack) {
-  const auto& schema = op.schema();
-  const auto& args = schema.arguments();
-  const size_t n = args.size();
-  const size_t begin = stack->size() - n;
-
-  check_devices(schema, *stack, begin);
-  // The device the call runs on: its openreg tensors', else a `device=`
-  // argument's, else the current device.
-  const c10::DeviceIndex device =
-      stack_device(*stack, begin, stack->size()).value_or(current_device());
-  AliasSet aliases(device);
+// The arguments of one call as the CPU kernel takes them: openreg tensors
+// replaced by CPU aliases of their memory (AliasSet), an openreg `device=`
+// by the CPU.
+struct AliasedArgs {
   // The stack's openreg arguments, moved out (not copied: a new handle to a
   // tensor with a Python object costs a GIL round trip, see KernelView.h)
   // and kept alive until the call ends, whoever else owns them.
@@ -185,10 +170,17 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   // (openreg tensor, its alias) for arguments the operator may write; the
   // tensor is borrowed from `originals`.
   c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> writes;
+  // A Generator argument: replaced by the caller once every tensor is known.
   std::optional<size_t> generator_arg;
+};
 
-  for (size_t i = 0; i < n; ++i) {
-    c10::IValue& v = (*stack)[begin + i];
+void alias_arguments(const c10::FunctionSchema& schema, torch::jit::Stack& stack, size_t begin,
+                     AliasSet& aliases, AliasedArgs& aliased) {
+  const auto& args = schema.arguments();
+  auto& originals = aliased.originals;
+  auto& writes = aliased.writes;
+  for (size_t i = 0; i < args.size(); ++i) {
+    c10::IValue& v = stack[begin + i];
     const c10::AliasInfo* info = args[i].alias_info();
     const bool is_write = info && info->isWrite();
     if (v.isTensor()) {
@@ -219,11 +211,34 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
       }
       v = std::move(out);
     } else if (v.isGenerator() || (v.isNone() && is_optional_generator(args[i]))) {
-      generator_arg = i;  // replaced below, once every tensor is known
+      aliased.generator_arg = i;
     } else if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
       v = c10::Device(c10::DeviceType::CPU);
     }
   }
+}
+
+// Quantized openreg tensors (the QuantizedPrivateUse1 key) take the same
+// path, with one difference: the CPU's quantized kernels are registered
+// under QuantizedCPU, some factories under CPU behind BackendSelect, so the
+// call on the aliases goes through the dispatcher again (below autograd)
+// and finds whichever kernel the CPU would run.
+template <bool Quantized>
+void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
+                      torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t begin = stack->size() - schema.arguments().size();
+
+  check_devices(schema, *stack, begin);
+  // The device the call runs on: its openreg tensors', else a `device=`
+  // argument's, else the current device.
+  const c10::DeviceIndex device =
+      stack_device(*stack, begin, stack->size()).value_or(current_device());
+  AliasSet aliases(device);
+  AliasedArgs aliased;
+  alias_arguments(schema, *stack, begin, aliases, aliased);
+  const std::optional<size_t>& generator_arg = aliased.generator_arg;
+  auto& writes = aliased.writes;
 
   if (generator_arg) {
     c10::IValue& g = (*stack)[begin + *generator_arg];
