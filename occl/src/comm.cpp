@@ -300,6 +300,13 @@ void build_hierarchy(occlComm* c) {
   c->leaders = leaders;
   if (r != occlSuccess)
     throw Error(r, std::string("building the node/leader levels: ") + occlGetLastError());
+  // The two splits are the communicator's construction, not operations of
+  // its user: its sequence numbers start with the user's first call, as on a
+  // one-level communicator, so that an error names the operation by the
+  // number the process group's Work gives it (every rank resets alike).
+  c->enqueued.store(0);
+  c->completed.store(0);
+  c->coll_seq = 0;
 }
 // [docs:occl-hierarchy:end]
 

@@ -158,6 +158,11 @@ def check_error(ranks, r, words=()):
     _, kind, seconds, msg = line.rstrip("\n").split(" ", 3)
     assert float(seconds) <= TIMEOUT_S + MARGIN_S, line
     assert re.search(r"rank \d|timed out", msg), line
+    # liboccl names the operation by the number the process group's Work
+    # gives it, though the two levels were made by two splits at init (the
+    # node-mate's message quotes its leader's, for the same all-reduce).
+    seqs = re.findall(r"\(seq (\d+)\)", msg)
+    assert len(seqs) >= 2 and len(set(seqs)) == 1, line
     for w in words:
         assert re.search(w, msg), (w, line)
     return msg
