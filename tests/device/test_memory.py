@@ -4,6 +4,8 @@ import gc
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests import target
 from tests._subprocess import run_python
@@ -174,6 +176,89 @@ class TestRecordStream:
         z = torch.empty(4096, device=DEVICE)
         w = torch.empty(4096, device=DEVICE)
         assert ptr in (z.data_ptr(), w.data_ptr())
+
+
+# A record_stream whose stream the free cannot use: the free runs in the
+# tensor's deleter, where an error can only terminate the process, so the
+# call itself must refuse it; the tensor stays usable and frees cleanly.
+RECORD_STREAM_CHILD = """
+import gc, torch
+from tests.target import DEVICE, device_module
+x = torch.ones(1024, device=DEVICE)
+for bad in {streams}:
+    try:
+        x.record_stream(bad)
+    except RuntimeError as e:
+        print("REFUSED", str(e).splitlines()[0])
+    else:
+        print("ACCEPTED", bad)
+y = (x * 2).cpu()
+del x
+gc.collect()
+device_module.synchronize()
+print("SUM", float(y.sum()))
+"""
+
+
+@pytest.mark.device
+class TestRecordStreamBadInput:
+    hw_classification = HW.ACCELERATOR
+
+    def run(self, streams):
+        r = run_python(RECORD_STREAM_CHILD.format(streams=streams), timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout.splitlines()
+
+    def test_stream_of_another_device_type_is_refused(self):
+        out = self.run('[torch.Stream(device="cpu")]')
+        assert out[0].startswith("REFUSED") and "got a stream on cpu" in out[0], out
+        assert out[-1] == "SUM 2048.0", out
+
+    @pytest.mark.openreg_only  # a stream id openreg never handed out, and its message
+    def test_unknown_stream_id_is_refused(self):
+        out = self.run("[torch.Stream(stream_id=999, device_index=0, "
+                       "device_type=device_module.Stream().device_type)]")
+        assert out[0] == "REFUSED openreg: unknown stream id 999 on device openreg:0", out
+        assert out[-1] == "SUM 2048.0", out
+
+
+@pytest.mark.device
+class TestNegativeSizes:
+    """Sizes that are negative (or wrap to 2^64 - k as size_t): refused with
+    a RuntimeError, as the CPU refuses them, leaving no allocation behind.
+    A block rounded up from 2^64 - 3 bytes wrapped to a small one that
+    claimed 2^64 - 3 bytes."""
+    hw_classification = HW.ACCELERATOR
+
+    @given(n=st.integers(min_value=-(2 ** 62), max_value=-1))
+    @settings(max_examples=15, deadline=None)
+    def test_untyped_storage(self, n):
+        for dev in ("cpu", DEVICE):
+            with pytest.raises(RuntimeError, match="negative"):
+                torch.UntypedStorage(n, device=dev)
+
+    @given(n=st.integers(min_value=-(2 ** 60), max_value=-1))
+    @settings(max_examples=15, deadline=None)
+    @pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
+    def test_typed_storage(self, n):
+        for dev in ("cpu", DEVICE):
+            with pytest.raises(RuntimeError, match="negative"):
+                torch.TypedStorage(n, device=dev, dtype=torch.float32)
+
+    @given(n=st.integers(min_value=-(2 ** 62), max_value=-1))
+    @settings(max_examples=15, deadline=None)
+    def test_storage_resize(self, n):
+        fresh()
+        base = target.device_module.memory_allocated()
+        x = torch.arange(4.0, device=DEVICE)
+        with pytest.raises(RuntimeError, match="negative"):
+            torch.arange(4.0).untyped_storage().resize_(n)
+        with pytest.raises(RuntimeError, match="negative"):
+            x.untyped_storage().resize_(n)
+        assert x.untyped_storage().nbytes() == 16
+        assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+        del x
+        assert target.device_module.memory_allocated() == base
 
 
 @pytest.mark.device

@@ -170,6 +170,12 @@ void CachingAllocator::free_block_from_user(Block* block) {
 }
 
 c10::DataPtr CachingAllocator::allocate_on(c10::DeviceIndex device, size_t nbytes) {
+  // A negative size converted to size_t (torch.UntypedStorage(-3), a size
+  // computed wrong): refused, as the CPU allocator refuses it; rounding it
+  // up to the block size would wrap to a small block claiming 2^64 bytes.
+  TORCH_CHECK(static_cast<int64_t>(nbytes) >= 0, "openreg: cannot allocate ",
+              static_cast<int64_t>(nbytes), " bytes on openreg:", static_cast<int>(device),
+              ": the size is negative");
   if (nbytes == 0) {
     return {nullptr, nullptr, &deleter,
             c10::Device(c10::DeviceType::PrivateUse1, device)};
@@ -196,6 +202,13 @@ void CachingAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
 }
 
 void CachingAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
+  // The free creates an event on this stream later, in the deleter, where an
+  // error can only terminate the process: a stream of another device type
+  // or an unknown stream id is refused here, as CUDA's recordStream refuses
+  // a stream that is not a CUDA stream.
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "record_stream: expected an openreg stream, got a stream on ", stream.device());
+  (void)nativeStream(stream);  // "openreg: unknown stream id ..."
   if (!ptr.get() || ptr.get_deleter() != &deleter) return;
   auto* block = static_cast<Block*>(ptr.get_context());
   if (!block) return;

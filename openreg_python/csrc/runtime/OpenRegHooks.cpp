@@ -77,6 +77,8 @@ struct OpenRegHooks final : public at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+    TORCH_CHECK(static_cast<int64_t>(newsize) >= 0, "openreg: cannot resize a storage to ",
+                static_cast<int64_t>(newsize), " bytes: the size is negative");
     size_t old = impl->nbytes();
     c10::DeviceIndex device = storage.device().index();
     c10::DataPtr fresh = allocateOn(device, newsize);
