@@ -5,7 +5,8 @@ output, triages the failures, and writes the report that
 ``.github/workflows/relay.yml`` hands to test-infra's
 ``cross-repo-ci-relay-callback`` action (docs/ci.md).
 
-    python tools/relay.py run --torch 2.14.1 [--out build/relay]
+    python tools/relay.py resolve --commit SHA     # which torch a relay event tests
+    python tools/relay.py run --torch 2.14.1 [--out build/relay] [--event-commit SHA]
     python tools/relay.py triage smoke.xml gaps.xml [--rerun R.xml] [--baseline B.xml]
     python tools/relay.py validate build/relay/report.json
 
@@ -38,6 +39,8 @@ import re
 import shlex
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 import time
 import xml.etree.ElementTree as ET
 
@@ -400,7 +403,7 @@ def _under_test(r: Runner, spec: str, releases: list[str],
 
 
 def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | None = None,
-        index_url: str | None = None) -> dict:
+        index_url: str | None = None, event_commit: str | None = None) -> dict:
     """Build against ``spec`` (a release of the window, a torch wheel, or a
     torch version from ``index_url``), test, triage; the report."""
     releases = window()
@@ -410,10 +413,10 @@ def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | N
     python = _under_test(r, spec, releases, index_url)
     if python is None:
         t = triage([], setup_failed=r.steps[-1]["name"])
-        report = build_report([], t, steps=r.steps, torch_info={"spec": spec},
+        report = build_report([], t, steps=r.steps, torch_info=_with_event({"spec": spec}, event_commit),
                               baseline_release=None, pr=pr, log_url=log_url)
         return _write(out, report)
-    info = dict(_torch_info(python), spec=spec)
+    info = _with_event(dict(_torch_info(python), spec=spec), event_commit)
     results, rerun, baseline = [], [], None
     for name, cmd, junit in test_steps(python, out):
         ok = r.step(name, cmd, timeout=3600)
@@ -460,6 +463,10 @@ def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | N
     return _write(out, report, python)
 
 
+def _with_event(info: dict, event_commit: str | None) -> dict:
+    return dict(info, event_commit=event_commit) if event_commit else info
+
+
 def _write(out: pathlib.Path, report: dict, python: pathlib.Path | None = None) -> dict:
     """Write OUT/report.json and check it against the schema, with the venv's
     python (jsonschema is in requirements-dev.txt) or, before one exists, this
@@ -477,6 +484,64 @@ def _write(out: pathlib.Path, report: dict, python: pathlib.Path | None = None) 
     return report
 
 
+# ------------------------------------------------------- the torch of an event
+
+GITHUB_API = "https://api.github.com"
+GITHUB_RAW = "https://raw.githubusercontent.com"
+# The first line of each commit of PyTorch's `nightly` branch: the day's cut of
+# main, "2026-12-01 nightly release (<main's sha>)"; its wheels are
+# <version.txt's X.Y.Z>.dev20261201 on the nightly index.
+_NIGHTLY_TITLE = re.compile(r"(\d{4})-(\d{2})-(\d{2}) nightly release \(([0-9a-fA-F]{7,40})\)")
+
+
+def _fetch(url: str, timeout: float = 30) -> str:
+    req = urllib.request.Request(url, headers={"User-Agent": "openreg-relay",
+                                               "Accept": "application/vnd.github+json"})
+    token = os.environ.get("GITHUB_TOKEN")
+    if token and urllib.parse.urlsplit(url).hostname == urllib.parse.urlsplit(GITHUB_API).hostname:
+        req.add_header("Authorization", f"Bearer {token}")  # (rate limits; sent to the API only)
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def resolve(commit: str | None, *, api: str = GITHUB_API, raw: str = GITHUB_RAW) -> tuple[str, str]:
+    """The torch to test for a relay event about PyTorch commit ``commit``
+    (None: the newest nightly), as ``(spec for run --torch, why)``: the
+    nightly wheel of that commit if main was cut there, else the newest
+    nightly (the event's commit has no wheel of its own: a pull request's
+    never has one, and a push to main gets one only at the next day's cut),
+    else, when PyTorch's nightly branch cannot be read, the newest release
+    of the window."""
+    try:
+        commits = json.loads(_fetch(f"{api}/repos/pytorch/pytorch/commits?sha=nightly&per_page=100"))
+        cuts = []  # (day, main's sha), newest first
+        for c in commits:
+            m = _NIGHTLY_TITLE.match(c["commit"]["message"].split("\n", 1)[0].strip())
+            if m:
+                cuts.append(("".join(m.group(1, 2, 3)), m.group(4).lower()))
+        if not cuts:
+            raise ValueError("no 'YYYY-MM-DD nightly release (sha)' commit on its nightly branch")
+        sha = (commit or "").lower()
+        mine = next(((d, s) for d, s in cuts if sha and (s.startswith(sha) or sha.startswith(s))),
+                    None)
+        day, cut = mine or cuts[0]
+        text = _fetch(f"{raw}/pytorch/pytorch/{cut}/version.txt").strip()
+        base = re.match(r"(\d+\.\d+\.\d+)", text)
+        if not base:
+            raise ValueError(f"version.txt at {cut[:12]} reads {text[:40]!r}")
+        spec = f"{base.group(1)}.dev{day}"
+        if mine:
+            return spec, f"the nightly wheel of commit {cut[:12]} ({spec})"
+        if commit:
+            return spec, (f"commit {sha[:12]} has no nightly wheel: the newest nightly, "
+                          f"of commit {cut[:12]} ({spec})")
+        return spec, f"the newest nightly, of commit {cut[:12]} ({spec})"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        newest = window()[0]
+        return newest, (f"the newest release of the window ({newest}): PyTorch's nightly "
+                        f"branch could not be read ({type(e).__name__}: {e})")
+
+
 # -------------------------------------------------------------------- CLI ----
 
 
@@ -492,6 +557,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="build/relay", type=pathlib.Path)
     p.add_argument("--pr", type=int, help="the PyTorch pull request under test (the verdict names it)")
     p.add_argument("--log-url", help="where the run's logs are (the verdict's evidence links it)")
+    p.add_argument("--event-commit", help="the PyTorch commit of the relay's event (the report "
+                                          "says it beside the torch it tested)")
+    p = sub.add_parser("resolve", help="print the --torch a relay event about PyTorch commit "
+                                       "SHA tests (the reason goes to stderr)")
+    p.add_argument("--commit", help="the event's PyTorch commit (none: the newest nightly)")
+    p.add_argument("--api", default=GITHUB_API, help=argparse.SUPPRESS)
+    p.add_argument("--raw", default=GITHUB_RAW, help=argparse.SUPPRESS)
     p = sub.add_parser("triage", help="the verdict of JUnit files, as the report's JSON")
     p.add_argument("junit", nargs="+", type=pathlib.Path)
     p.add_argument("--rerun", nargs="*", default=[], type=pathlib.Path)
@@ -503,8 +575,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "run":
         report = run(args.torch, args.out.resolve(), pr=args.pr, log_url=args.log_url,
-                     index_url=args.index_url)
+                     index_url=args.index_url, event_commit=args.event_commit)
         return 0 if report["conclusion"] == "success" else 1
+    if args.command == "resolve":
+        spec, why = resolve(args.commit, api=args.api, raw=args.raw)
+        print(spec)
+        print(f"relay: testing {why}", file=sys.stderr)
+        return 0
     if args.command == "triage":
         results = [c for f in args.junit for c in read_junit(f)]
         rerun = [c for f in args.rerun for c in read_junit(f)]

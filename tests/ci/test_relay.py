@@ -244,10 +244,11 @@ class TestWorkflow:
         bad.mkdir(parents=True)
         text = (WORKFLOWS / "relay.yml").read_text()
         text = text.replace("    timeout-minutes: 90\n", "    timeout-minutes: 90\n    permisions: {}\n")
-        text = text.replace("        run: |\n          release=",
-                            "        run: |\n          echo ${{ github.event.client_payload."
-                            "payload.pull_request.title }}\n          release=")
-        (bad / "relay.yml").write_text(text)
+        planted = text.replace("        run: |\n          args=(run",
+                               "        run: |\n          echo ${{ github.event.client_payload."
+                               "payload.pull_request.title }}\n          args=(run")
+        assert planted != text  # (the anchor exists)
+        (bad / "relay.yml").write_text(planted)
         r = subprocess.run([str(ACTIONLINT), ".github/workflows/relay.yml"], capture_output=True,
                            text=True, timeout=120, cwd=tmp_path)
         assert r.returncode != 0 and 'unexpected key "permisions"' in r.stdout, r.stdout + r.stderr
@@ -391,3 +392,114 @@ class TestRun:
         assert "the build step failed" in r.stdout
         assert "relay: build: failed (2); the end of" in r.stdout
         assert "c++: fatal error: out of memory" in r.stdout  # the log's end, where CI shows it
+
+    def test_the_event_commit_is_in_the_report(self, tmp_path):
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "make").write_text("#!/bin/sh\nexit 2\n")
+        (fake / "make").chmod(0o755)
+        r = self.run(tmp_path, "--torch", relay.window()[-1], "--event-commit", "a" * 40, path=fake)
+        report = json.loads((tmp_path / "out" / "report.json").read_text())
+        relay.validate(report)
+        assert report["torch"]["event_commit"] == "a" * 40, r.stdout + r.stderr
+
+
+class PlantedGitHub:
+    """PyTorch's nightly branch and its version.txt files, served on a free
+    port of localhost: what ``relay.py resolve`` reads from the GitHub API and
+    raw.githubusercontent.com."""
+
+    def __init__(self, root, nightlies, versions):
+        import http.server
+        import threading
+        commits = root / "repos" / "pytorch" / "pytorch" / "commits"
+        commits.parent.mkdir(parents=True)
+        # (The API's query string, ?sha=nightly&per_page=100, is ignored by
+        # the file server: the file is the branch's listing, newest first.)
+        commits.write_text(json.dumps([{"sha": f"{i:040x}", "commit": {"message": m}}
+                                       for i, m in enumerate(nightlies)]))
+        for sha, text in versions.items():
+            (root / "pytorch" / "pytorch" / sha).mkdir(parents=True)
+            (root / "pytorch" / "pytorch" / sha / "version.txt").write_text(text)
+        handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(  # noqa: E731
+            *a, directory=str(root), **k)
+        http.server.SimpleHTTPRequestHandler.log_message = lambda *a: None
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def resolve(self, *args):
+        r = subprocess.run([sys.executable, str(ROOT / "tools" / "relay.py"), "resolve", *args,
+                            "--api", self.url, "--raw", self.url],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip(), r.stderr
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+MAIN_1201, MAIN_1130 = "c0ffee" + "1" * 34, "beef00" + "2" * 34
+
+
+@pytest.fixture
+def github(tmp_path):
+    gh = PlantedGitHub(tmp_path / "gh", [
+        f"2026-12-01 nightly release ({MAIN_1201})\n\nMerged into nightly.",
+        "Merge branch 'main' into nightly",  # not a cut: skipped
+        f"2026-11-30 nightly release ({MAIN_1130})",
+    ], {MAIN_1201: "2.16.0a0\n", MAIN_1130: "2.16.0a0\n"})
+    yield gh
+    gh.close()
+
+
+@pytest.mark.ci
+class TestResolve:
+    """Which torch a relay event tests (docs/ci.md): the nightly wheel of its
+    PyTorch commit where main was cut there, else the newest nightly, else
+    (PyTorch's nightly branch unreadable) the newest release of the window."""
+    hw_classification = HW.GENERIC
+
+    def test_a_commit_that_has_a_nightly_gets_it(self, github):
+        spec, why = github.resolve("--commit", MAIN_1130)
+        assert spec == "2.16.0.dev20261130", why
+        assert f"the nightly wheel of commit {MAIN_1130[:12]}" in why
+        assert github.resolve("--commit", MAIN_1130[:10])[0] == "2.16.0.dev20261130"  # short sha
+
+    def test_a_commit_without_one_gets_the_newest_nightly(self, github):
+        spec, why = github.resolve("--commit", "d" * 40)
+        assert spec == "2.16.0.dev20261201", why
+        assert "has no nightly wheel: the newest nightly" in why
+
+    def test_no_commit_is_the_newest_nightly(self, github):
+        assert github.resolve()[0] == "2.16.0.dev20261201"
+
+    def test_an_unreadable_branch_falls_back_to_the_newest_release(self, github, tmp_path):
+        github.close()  # nothing listens any more
+        spec, why = github.resolve("--commit", MAIN_1130)
+        assert spec == relay.window()[0]
+        assert "PyTorch's nightly branch could not be read (URLError" in why
+
+    def test_a_cut_without_its_version_file_falls_back(self, tmp_path):
+        gh = PlantedGitHub(tmp_path / "gh2", [f"2026-12-01 nightly release ({MAIN_1201})"], {})
+        try:
+            spec, why = gh.resolve()
+        finally:
+            gh.close()
+        assert spec == relay.window()[0] and "HTTPError" in why, why
+
+    def test_the_workflow_resolves_before_it_builds(self):
+        wf = yaml.safe_load((WORKFLOWS / "relay.yml").read_text())
+        steps = wf["jobs"]["test"]["steps"]
+        names = [s.get("name") for s in steps]
+        assert names.index("Which torch") < names.index("Build, test and triage")
+        which = steps[names.index("Which torch")]
+        assert "tools/relay.py resolve --commit \"$EVENT_COMMIT\"" in which["run"]
+        assert "${{" not in which["run"]  # the event's fields arrive through env
+        build = steps[names.index("Build, test and triage")]
+        assert build["env"]["TORCH_SPEC"] == "${{ steps.torch.outputs.spec }}"
+        assert "GITHUB_TOKEN" not in build["env"]  # the token stays out of the build
+
