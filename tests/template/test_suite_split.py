@@ -221,4 +221,4 @@ class TestHardwareClassification:
                            "TestInBrowser", "TestScaffoldNew", "TestScaffoldUpdate",
                            "TestSuiteSplit", "TestHardwareClassification", "TestTorchWindow",
                            "TestTorchPin", "TestTorchGates", "TestTriage", "TestReport",
-                           "TestWorkflow", "TestRerun", "TestRun"}, classes
+                           "TestWorkflow", "TestRerun", "TestRun", "TestResolve"}, classes
