@@ -118,13 +118,7 @@ void check_result_kind(const c10::FunctionSchema& schema, const c10::IValue& v) 
                                 "' would return one on the openreg device. Use dense "
                                 "(strided) tensors, or run this part on the CPU.");
   };
-  if (v.isTensor()) {
-    check(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) check(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef()) check_result_kind(schema, e);
-  }
+  for_each_tensor(v, check);
 }
 
 // The device rules of `schema`, cached per thread by schema address.
@@ -146,15 +140,7 @@ void check_devices(const c10::FunctionSchema& schema, const torch::jit::Stack& s
     const c10::IValue& v = stack[begin + i];
     const char* name = info.arg_name(i);
     const bool out = info.written(i), index = info.is_index(i);
-    if (v.isTensor()) {
-      checker.check(v.toTensor(), name, out, index);
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) checker.check(t, name, out, index);
-    } else if (v.isList()) {
-      for (const c10::IValue& e : v.toListRef()) {
-        if (e.isTensor()) checker.check(e.toTensor(), name, out, index);
-      }
-    }
+    for_each_tensor(v, [&](const at::Tensor& t) { checker.check(t, name, out, index); });
   }
 }
 // [docs:fallback-device-check:end]
