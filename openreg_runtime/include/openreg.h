@@ -395,6 +395,30 @@ OR_API orError_t orSanitizerMarkFreed(const void* ptr, size_t bytes);
 OR_API orError_t orSanitizerRelease(const void* ptr, size_t bytes,
                                     orEvent_t event);
 
+/* ---------------------------------------------------------------- memcheck */
+/* Memcheck, the simulation's `compute-sanitizer --tool memcheck`
+ * (docs/memcheck.md). OPENREG_MEMCHECK=1 at load: every orMalloc gets pages
+ * of its own, ending at a guard page (OPENREG_MEMCHECK_GUARD=start: starting
+ * after one), so its result is aligned to the largest power of two dividing
+ * its size (at most a page) rather than OR_MALLOC_ALIGNMENT; orFree makes
+ * the pages unreachable and keeps them out of use for a while (a quarantine
+ * of OPENREG_MEMCHECK_QUARANTINE bytes, 256M by default). A kernel that
+ * touches memory outside a live allocation is stopped at that access and
+ * reported (kind, kernel, stream, the nearest allocation); then the process
+ * aborts, or with OPENREG_MEMCHECK_ON_ERROR=raise the kernel fails with
+ * orErrorIllegalAddress and the report as the error message. Copies and
+ * memsets that touch such memory fail as always, their message naming the
+ * allocation. */
+OR_API orError_t orMemcheckGetEnabled(int* enabled);
+/* Called while a report is built (no runtime lock held, on the faulting
+ * kernel's thread) with the allocation nearest the fault: write what is known
+ * of it (e.g. the stacks of its allocation and free) as lines into
+ * buf[0, len) and return the length written. A caching allocator registers
+ * one; NULL unregisters. */
+typedef size_t (*orMemcheckDescriber_t)(const void* devPtr, size_t size, int freed,
+                                        char* buf, size_t len);
+OR_API orError_t orMemcheckSetDescriber(orMemcheckDescriber_t describer);
+
 /* ---------------------------------------------------------------- tracing */
 /* Hook points for profilers (CUPTI's activity API plays this role for CUDA).
  * Vendor: your driver reports the same facts about each piece of device work;

@@ -107,6 +107,41 @@ bool parse_size(const char* s, size_t* out) {
   return true;
 }
 
+// OPENREG_MEMCHECK and its options (docs/memcheck.md). An invalid value
+// fails initialisation, as the other variables do.
+void load_memcheck_config(Config& c) {
+  auto invalid = [&c](const char* var, const char* value, const char* expected) {
+    c.init_error = orErrorInitializationError;
+    c.init_message = format("%s='%s' is invalid: expected %s", var, value, expected);
+    c.device_count = 0;
+  };
+  if (const char* s = getenv("OPENREG_MEMCHECK")) {
+    if (!*s || strcmp(s, "0") == 0 || strcasecmp(s, "off") == 0) {
+      c.memcheck = 0;
+    } else if (strcmp(s, "1") == 0 || strcasecmp(s, "memcheck") == 0) {
+      c.memcheck = 1;
+    } else {
+      invalid("OPENREG_MEMCHECK", s, "0, 1 or memcheck");
+    }
+  }
+  if (const char* s = getenv("OPENREG_MEMCHECK_ON_ERROR")) {
+    if (strcasecmp(s, "abort") == 0) c.memcheck_raise = false;
+    else if (strcasecmp(s, "raise") == 0) c.memcheck_raise = true;
+    else invalid("OPENREG_MEMCHECK_ON_ERROR", s, "abort or raise");
+  }
+  if (const char* s = getenv("OPENREG_MEMCHECK_GUARD")) {
+    if (strcasecmp(s, "end") == 0) c.memcheck_guard_start = false;
+    else if (strcasecmp(s, "start") == 0) c.memcheck_guard_start = true;
+    else invalid("OPENREG_MEMCHECK_GUARD", s, "end or start");
+  }
+  if (const char* s = getenv("OPENREG_MEMCHECK_QUARANTINE")) {
+    size_t v;
+    if (!parse_size(s, &v)) invalid("OPENREG_MEMCHECK_QUARANTINE", s,
+                                    "a size in bytes with an optional K/M/G/T suffix");
+    else c.memcheck_quarantine = v;
+  }
+}
+
 Config load_config() {
   Config c;
   if (const char* s = getenv("OPENREG_DEVICE_COUNT")) {
@@ -138,6 +173,7 @@ Config load_config() {
     c.strict = !(strcmp(s, "0") == 0 || strcasecmp(s, "false") == 0 ||
                  strcasecmp(s, "off") == 0 || strcasecmp(s, "no") == 0);
   }
+  load_memcheck_config(c);
   if (const char* s = getenv("OPENREG_DEVICE_WORKERS")) {
     long v;
     if (!parse_int(s, &v) || v < 1 || v > 64) {

@@ -323,7 +323,7 @@ orError_t run_graph(const Item& it, std::string* why) {
     const Item& n = nodes[i].item;
     const uint64_t t0 = tracing ? now_ns() : 0;
     std::string w;
-    const orError_t e = execute(n, &w);
+    const orError_t e = execute(n, it.graph_device, it.graph_stream, &w);
     if (tracing) {
       // The node's trace event belongs to this launch.
       Item rec = n;

@@ -55,6 +55,11 @@ struct Config {
   size_t capacity = size_t(4) << 30;  // per device
   bool strict = true;
   int workers = 4;                    // per device
+  // OPENREG_MEMCHECK and its options (memcheck.h).
+  int memcheck = 0;                   // 0 off, 1 memcheck
+  bool memcheck_raise = false;        // OPENREG_MEMCHECK_ON_ERROR=raise
+  bool memcheck_guard_start = false;  // OPENREG_MEMCHECK_GUARD=start
+  size_t memcheck_quarantine = size_t(256) << 20;
   orError_t init_error = orSuccess;   // set when the environment is invalid
   std::string init_message;
 };
@@ -75,6 +80,17 @@ struct Arena {
   std::set<std::pair<size_t, size_t>> free_by_len;  // (length, offset)
   std::map<size_t, size_t> used;                    // offset -> length
   size_t used_bytes = 0;
+  // Memcheck (memcheck.cpp): what each live and each quarantined allocation
+  // occupies, keyed by the allocation's offset.
+  struct McAlloc {
+    size_t region = 0, region_len = 0;  // whole pages, guard page included
+    size_t off = 0, size = 0;           // the allocation itself
+    uint64_t seq = 0;                   // its number, for reports
+    std::string freed_by;               // the kernel or call current at the free
+  };
+  std::map<size_t, McAlloc> mc_live;
+  std::deque<McAlloc> mc_quarantine;   // oldest first
+  size_t mc_quarantine_bytes = 0;
 };
 
 // Which device's arena holds p, or -1. Lock-free: arena ranges never change.
@@ -107,6 +123,9 @@ Device* get_device(int index, const char* call);
 Device* peek_device(int index);
 int current_device_index();
 void init_arena(Device& dev);  // memory.cpp
+// memory.cpp: give a range back to the arena's free lists (a.mu held).
+void arena_insert_free(Arena& a, size_t off, size_t len);
+size_t arena_take(Arena& a, size_t len);
 void install_fault_handler();  // memory.cpp
 void init_device_streams(Device& dev);  // scheduler.cpp
 

@@ -10,10 +10,12 @@
 // it would on a discrete GPU), while kernels run on the same pages through
 // kview, with zero copies and no per-kernel mprotect calls.
 #include "internal.h"
+#include "memcheck.h"
 #include "sanitizer.h"
 
 #include <signal.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,6 +44,7 @@ constexpr size_t kReleaseThreshold = size_t(1) << 20;
 // Arena ranges, readable from the signal handler without locks.
 std::atomic<uintptr_t> g_arena_lo[kMaxDevices];
 std::atomic<uintptr_t> g_arena_hi[kMaxDevices];
+std::atomic<uintptr_t> g_kview_lo[kMaxDevices];  // kernel views, for memcheck
 Arena* g_arenas[kMaxDevices];
 
 void insert_free(Arena& a, size_t off, size_t len) {
@@ -79,6 +82,27 @@ void insert_free(Arena& a, size_t off, size_t len) {
     }
   }
 }
+
+}  // namespace
+
+void arena_insert_free(Arena& a, size_t off, size_t len) { insert_free(a, off, len); }
+
+// The first free range of at least `len` bytes (the smallest that fits),
+// taken out of the free lists; SIZE_MAX if none. a.mu held.
+size_t arena_take(Arena& a, size_t len) {
+  auto it = a.free_by_len.lower_bound({len, 0});
+  if (it == a.free_by_len.end()) return SIZE_MAX;
+  size_t flen = it->first, off = it->second;
+  a.free_by_len.erase(it);
+  a.free_by_off.erase(off);
+  if (flen > len) {
+    a.free_by_off[off + len] = flen - len;
+    a.free_by_len.insert({flen - len, off + len});
+  }
+  return off;
+}
+
+namespace {
 
 // ------------------------------------------------------------ fault handler
 struct sigaction g_prev_segv;
@@ -126,6 +150,33 @@ void fault_handler(int sig, siginfo_t* info, void* uctx) {
     }
   }
   struct sigaction* prev = sig == SIGSEGV ? &g_prev_segv : &g_prev_bus;
+  if (info->si_code > 0 && memcheck::on()) {
+    // A kernel's access outside its allocations (kernel view), or, without
+    // strict mode (the view is the device addresses), any such access.
+    for (int i = 0; i < kMaxDevices; ++i) {
+      uintptr_t lo = g_kview_lo[i].load(std::memory_order_relaxed);
+      uintptr_t len = g_arena_hi[i].load(std::memory_order_relaxed) -
+                      g_arena_lo[i].load(std::memory_order_relaxed);
+      if (!lo || addr < lo || addr >= lo + len) continue;
+      int write = -1;
+#if defined(__x86_64__)
+      // The page-fault error code: bit 1 is set for a write.
+      write = (static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#endif
+      // Jumps back to its kernel, or lets the access through (raise mode).
+      if (memcheck::on_fault(addr, i, addr - lo, write)) return;
+      write_str("\n========= OPENREG MEMCHECK: invalid access at kernel-view address ");
+      write_hex(addr);
+      write_str(" (openreg:");
+      write_dec(uint64_t(i));
+      write_str(", offset ");
+      write_dec(addr - lo);
+      write_str(") outside any kernel's jump point (host code, or an intra-op worker "
+                "thread of a kernel): no full report; the process stops.\n");
+      dev = -1;
+      break;
+    }
+  }
   if (dev >= 0) {
     write_str("\nopenreg: illegal host access to device memory at address ");
     write_hex(addr);
@@ -151,7 +202,7 @@ void fault_handler(int sig, siginfo_t* info, void* uctx) {
 void install_fault_handler() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (!config().strict) return;
+    if (!config().strict && !memcheck::on()) return;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = fault_handler;
@@ -200,9 +251,12 @@ void init_arena(Device& dev) {
     a->base = a->kview = static_cast<char*>(base);
   }
   // [docs:dual-mapping:end]
+  memcheck::configure(c);
+  if (memcheck::on() && !memcheck::init_arena(*a)) return;
   a->free_by_off[0] = a->capacity;
   a->free_by_len.insert({a->capacity, 0});
   g_arenas[dev.index] = a.get();
+  g_kview_lo[dev.index].store(reinterpret_cast<uintptr_t>(a->kview));
   g_arena_lo[dev.index].store(reinterpret_cast<uintptr_t>(a->base));
   g_arena_hi[dev.index].store(reinterpret_cast<uintptr_t>(a->base) + a->capacity);
   dev.arena = std::move(a);
@@ -276,13 +330,15 @@ void* kernel_address(int device, const void* p, size_t n, std::string* why) {
   std::lock_guard<std::mutex> g(a.mu);
   auto it = find_enclosing(a.used, off);
   if (it == a.used.end()) {
-    if (why) *why = format("device address %p (openreg:%d) is not inside a live allocation "
-                           "(freed, or never allocated)", p, device);
+    if (why && memcheck::on()) *why = memcheck::describe(a, device, off, n);
+    else if (why) *why = format("device address %p (openreg:%d) is not inside a live "
+                                "allocation (freed, or never allocated)", p, device);
     return nullptr;
   }
   if (n > it->first + it->second - off) {  // (not off + n: it wraps for huge n)
     if (why) *why = format("range [%p, +%zu) overruns its allocation of %zu bytes at %p "
-                           "(openreg:%d)", p, n, it->second, a.base + it->first, device);
+                           "(openreg:%d)%s", p, n, it->second, a.base + it->first, device,
+                           memcheck::on() ? ": out of bounds" : "");
     return nullptr;
   }
   return a.kview + off;
@@ -330,18 +386,17 @@ orError_t orMalloc(void** devPtr, size_t size) {
   if (size > a.capacity) {
     return out_of_memory(idx, size, a);
   }
-  size_t len = round_up(size, kAlignment);
   std::lock_guard<std::mutex> g(a.mu);
-  auto it = a.free_by_len.lower_bound({len, 0});
-  if (it == a.free_by_len.end()) {
-    return out_of_memory(idx, size, a);
+  if (memcheck::on()) {
+    const size_t off = memcheck::malloc(a, size);
+    if (off == SIZE_MAX) return out_of_memory(idx, size, a);
+    *devPtr = a.base + off;
+    return orSuccess;
   }
-  size_t flen = it->first, off = it->second;
-  a.free_by_len.erase(it);
-  a.free_by_off.erase(off);
-  if (flen > len) {
-    a.free_by_off[off + len] = flen - len;
-    a.free_by_len.insert({flen - len, off + len});
+  size_t len = round_up(size, kAlignment);
+  const size_t off = arena_take(a, len);
+  if (off == SIZE_MAX) {
+    return out_of_memory(idx, size, a);
   }
   a.used[off] = len;
   a.used_bytes += len;
@@ -380,8 +435,12 @@ orError_t orFree(void* devPtr) {
   }
   size_t len = it->second;
   a.used.erase(it);
-  a.used_bytes -= len;
-  insert_free(a, off, len);
+  if (memcheck::on()) {
+    memcheck::free(a, off);  // unreachable at once, reusable after its quarantine
+  } else {
+    a.used_bytes -= len;
+    insert_free(a, off, len);
+  }
   // The sanitizer treats orFree as cudaFree, which synchronises the device:
   // the range's history ends here. (orFree itself does not wait for queued
   // work: a reuse of the range that overtakes queued work is a runtime-level

@@ -20,6 +20,7 @@
 // Vendor: this file is what your hardware queues and firmware do. The torch
 // glue only relies on the semantics in openreg.h.
 #include "scheduler.h"
+#include "memcheck.h"
 
 #include <cstring>
 
@@ -93,9 +94,10 @@ orError_t resolve_copy(const Item& it, void** dst, const void** src,
 
 }  // namespace
 
-orError_t execute(const Item& it, std::string* why) {
+orError_t execute(const Item& it, int device, unsigned long long stream, std::string* why) {
   switch (it.type) {
     case Item::Kernel: {
+      if (__builtin_expect(memcheck::on(), 0)) return memcheck::run_kernel(it, device, stream, why);
       orError_t e = it.kfn(it.args);
       if (e != orSuccess)
         *why = format("kernel '%s' failed: %s", it.name, orGetErrorString(e));
@@ -146,7 +148,7 @@ orError_t run_claimed(Stream* s, const Item& it,
   lk.unlock();
   const bool tracing = tracing_enabled();
   uint64_t t0 = tracing ? (it.attempt_ns ? it.attempt_ns : now_ns()) : 0;
-  orError_t err = execute(it, why);
+  orError_t err = execute(it, s->device, s->id, why);
   // A deferred attempt is traced with the worker's call that finishes it.
   if (tracing && !(it.may_defer && err == orErrorNotReady))
     trace_item(it, s->device, s->id, t0, now_ns());
@@ -435,7 +437,7 @@ orError_t launch_synchronously(orStream_t handle, Item& it, const char* call,
   if (s && !tracing_enabled() && try_claim_idle(s)) {
     *launched = true;
     stamp_launch(it);
-    orError_t err = execute(it, why);
+    orError_t err = execute(it, s->device, s->id, why);
     release_claim(s);
     return err;
   }

@@ -61,8 +61,9 @@ bool is_live_stream(Stream* s);
 // Fails with orErrorInvalidResourceHandle naming `call` unless `e` is live.
 orError_t check_live_event(orEvent_t e, const char* call);  // event.cpp
 
-// Run one item's body (no scheduler lock held). Returns its error.
-orError_t execute(const Item& it, std::string* why);
+// Run one item's body (no scheduler lock held) for stream `stream` of
+// `device` (named in memcheck reports). Returns its error.
+orError_t execute(const Item& it, int device, unsigned long long stream, std::string* why);
 
 // ---- stream capture and graphs (graph.cpp)
 namespace capture {
