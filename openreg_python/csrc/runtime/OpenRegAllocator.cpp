@@ -36,6 +36,15 @@
 
 namespace torch_openreg::alloc {
 
+bool memcheck_on() {
+  static const bool on = [] {
+    int enabled = 0;
+    if (orMemcheckGetEnabled(&enabled) != orSuccess) orGetLastError();
+    return enabled != 0;
+  }();
+  return on;
+}
+
 Block* CachingAllocator::malloc_block(c10::DeviceIndex device, size_t requested) {
   check_device_index(device);
   const c10::Stream current = getCurrentStream(device);
@@ -63,7 +72,7 @@ Block* CachingAllocator::malloc_block(c10::DeviceIndex device, size_t requested)
   bool small = size <= kSmallSize;
   Pool& pool = private_pool ? private_pool->of(small) : small ? st.small_pool : st.large_pool;
 
-  Block* block = small && !private_pool ? st.take_cached(stream, size) : nullptr;
+  Block* block = small && !private_pool && !memcheck_on() ? st.take_cached(stream, size) : nullptr;
   if (block) {
     update(st.stats.inactive_split, -1, small);  // cached blocks are split ones
     update(st.stats.inactive_split_bytes, -int64_t(block->size), small);
@@ -146,6 +155,12 @@ void CachingAllocator::free_block_from_user(Block* block) {
         size_t(st.stats.reserved_bytes[0].current),
         c10::Device(c10::DeviceType::PrivateUse1, block->device));
   }
+  // Memcheck: the block goes back to the runtime (and becomes unreachable)
+  // only after the work queued on its own stream too.
+  const bool memcheck = C10_UNLIKELY(memcheck_on()) && !block->pool;
+  if (memcheck) block->stream_uses.insert(c10::Stream(
+      c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, block->device),
+      block->stream));
   if (!block->stream_uses.empty()) {
     // Not reusable until the other streams are done with it.
     for (const c10::Stream& s : block->stream_uses) {
@@ -156,6 +171,7 @@ void CachingAllocator::free_block_from_user(Block* block) {
       st.events.emplace_back(ev, block);
     }
     block->stream_uses.clear();
+    if (memcheck) process_events(st);  // at once if the streams are idle
     return;
   }
   free_completed(st, block, std::move(ctx));
@@ -340,6 +356,7 @@ void CachingAllocator::free_completed(DeviceState& st, Block* block,
 void CachingAllocator::return_to_pool(DeviceState& st, Block* block) {
   update(st.stats.active, -1, block->small);
   update(st.stats.active_bytes, -int64_t(block->size), block->small);
+  if (C10_UNLIKELY(memcheck_on()) && !block->pool) return free_segment(st, block);
   merge_into_pool(st, block);
 }
 

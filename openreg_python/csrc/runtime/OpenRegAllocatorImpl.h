@@ -87,12 +87,21 @@ struct PrivatePool {
   Pool& of(bool small_block) { return small_block ? small : large; }
 };
 
+// OPENREG_MEMCHECK (docs/memcheck.md): no caching. Each allocation is a
+// segment of exactly the requested size, so the runtime can place it at a
+// guard page, and a freed one goes back to the runtime once the work queued
+// before its free has run (as PYTORCH_NO_CUDA_MEMORY_CACHING=1 on CUDA, but
+// in stream order). Graph pools keep their blocks: a replay reuses them.
+bool memcheck_on();
+
 inline size_t round_size(size_t n) {
+  if (C10_UNLIKELY(memcheck_on())) return n;
   if (n < kMinBlockSize) return kMinBlockSize;
   return (n + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
 }
 
 inline size_t segment_size(size_t n) {
+  if (C10_UNLIKELY(memcheck_on())) return n;
   if (n <= kSmallSize) return kSmallBuffer;
   if (n < kMinLargeAlloc) return kLargeBuffer;
   return (n + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
