@@ -35,6 +35,9 @@ DEVICE = os.environ.get(DEVICE_VAR) or "openreg"
 IS_OPENREG = DEVICE == "openreg"
 #: The device's c10d backend (None: the distributed tests are skipped).
 DIST_BACKEND = os.environ.get(DIST_BACKEND_VAR) or ("occl" if IS_OPENREG else None)
+#: True when openreg runs in memcheck mode (OPENREG_MEMCHECK, docs/memcheck.md):
+#: no caching allocator, each allocation ends at a guard page.
+MEMCHECK = IS_OPENREG and os.environ.get("OPENREG_MEMCHECK", "0").lower() not in ("", "0", "off")
 
 
 def device(index=None) -> str:
