@@ -17,7 +17,7 @@ PIP    := $(VENV)/bin/pip
 # Two cores here: more parallel compiles only thrash.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue check-release relay
+.PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue check-release relay check-memcheck
 
 demo: build
 	$(PY) examples/demo.py
@@ -27,6 +27,11 @@ test: build
 
 smoke: build
 	$(PY) -m pytest tests -m smoke $(PYTEST_ARGS)
+
+# The smoke subset in memcheck mode (docs/memcheck.md): a kernel's invalid
+# access to device memory stops the run with a report.
+check-memcheck: build
+	OPENREG_MEMCHECK=1 $(PY) -m pytest tests -m smoke $(PYTEST_ARGS)
 
 # What CI checks on each older release of the window (docs/upgrading.md): the
 # smoke subset, the gap tests and the version gates, and the conformance suite.

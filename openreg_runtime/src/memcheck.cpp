@@ -236,7 +236,7 @@ std::string describe(const Arena& a, int device, size_t off, size_t n) {
 orError_t run_kernel(const Item& it, int device, unsigned long long stream, std::string* why) {
   Watch w;
   Watch* const outer = t_watch;  // a kernel may launch one inline
-  if (!g_raise && sigsetjmp(w.buf, 1) != 0) {
+  if (!g_raise && sigsetjmp(w.buf, 0) != 0) {  // (0: no signal-mask syscall)
     // The fault handler jumped here: the kernel stopped at its first invalid
     // access, as a faulting GPU kernel does, and so does the process.
     t_watch = outer;

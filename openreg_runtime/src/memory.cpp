@@ -48,6 +48,7 @@ std::atomic<uintptr_t> g_kview_lo[kMaxDevices];  // kernel views, for memcheck
 Arena* g_arenas[kMaxDevices];
 
 void insert_free(Arena& a, size_t off, size_t len) {
+  const size_t freed_off = off, freed_len = len;
   // Coalesce with neighbours.
   auto next = a.free_by_off.lower_bound(off);
   if (next != a.free_by_off.end() && off + len == next->first) {
@@ -67,11 +68,13 @@ void insert_free(Arena& a, size_t off, size_t len) {
   a.free_by_off[off] = len;
   a.free_by_len.insert({len, off});
 
-  // Give whole pages of large free ranges back to the OS so a cached-then-
-  // freed multi-GB segment does not pin host RAM.
+  // Give the whole pages of what was freed back to the OS when it joins a
+  // large free range, so a cached-then-freed multi-GB segment does not pin
+  // host RAM. (Only the part freed now: the rest of the range went back when
+  // it was freed; memcheck frees small ranges next to the huge free tail.)
   if (len >= kReleaseThreshold) {
-    size_t lo = round_up(off, kPageSize);
-    size_t hi = (off + len) / kPageSize * kPageSize;
+    size_t lo = round_up(freed_off, kPageSize);
+    size_t hi = (freed_off + freed_len) / kPageSize * kPageSize;
     if (hi > lo) {
       if (a.memfd >= 0) {
         fallocate(a.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
