@@ -120,8 +120,10 @@ void load_memcheck_config(Config& c) {
       c.memcheck = 0;
     } else if (strcmp(s, "1") == 0 || strcasecmp(s, "memcheck") == 0) {
       c.memcheck = 1;
+    } else if (strcasecmp(s, "init") == 0 || strcasecmp(s, "initcheck") == 0) {
+      c.memcheck = 2;
     } else {
-      invalid("OPENREG_MEMCHECK", s, "0, 1 or memcheck");
+      invalid("OPENREG_MEMCHECK", s, "0, 1, memcheck or initcheck");
     }
   }
   if (const char* s = getenv("OPENREG_MEMCHECK_ON_ERROR")) {

@@ -56,7 +56,7 @@ struct Config {
   bool strict = true;
   int workers = 4;                    // per device
   // OPENREG_MEMCHECK and its options (memcheck.h).
-  int memcheck = 0;                   // 0 off, 1 memcheck
+  int memcheck = 0;                   // 0 off, 1 memcheck, 2 memcheck + initcheck
   bool memcheck_raise = false;        // OPENREG_MEMCHECK_ON_ERROR=raise
   bool memcheck_guard_start = false;  // OPENREG_MEMCHECK_GUARD=start
   size_t memcheck_quarantine = size_t(256) << 20;
@@ -91,6 +91,9 @@ struct Arena {
   std::map<size_t, McAlloc> mc_live;
   std::deque<McAlloc> mc_quarantine;   // oldest first
   size_t mc_quarantine_bytes = 0;
+  // Initcheck: each page's state (memcheck.cpp's PageState), readable by the
+  // fault handler without the lock.
+  std::unique_ptr<std::atomic<uint8_t>[]> mc_pages;
 };
 
 // Which device's arena holds p, or -1. Lock-free: arena ranges never change.

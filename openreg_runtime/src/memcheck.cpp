@@ -7,7 +7,6 @@
 #endif
 #include "memcheck.h"
 
-#include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -25,27 +24,37 @@ std::atomic<bool> g_on{false};
 namespace {
 
 bool g_raise = false;
+bool g_init = false;  // OPENREG_MEMCHECK=initcheck
+
+// Initcheck's state of a page of the kernel view. A live allocation's pages
+// start kUnwritten and PROT_NONE; the first write to one (a fault that says
+// write, a copy or a memset) makes it kWritten and read/write.
+enum PageState : uint8_t { kNotLive = 0, kUnwritten = 1, kWritten = 2 };
 bool g_guard_start = false;
 size_t g_quarantine = 0;
 std::atomic<uint64_t> g_seq{0};
 std::atomic<orMemcheckDescriber_t> g_describer{nullptr};
 
-// What this thread's kernel has done wrong so far. Abort mode: the fault
-// handler records the first invalid access and jumps back to run_kernel.
-// Raise mode: it records it, opens the faulting page and lets the kernel go
-// on (a jump would skip the frames of a Python kernel holding the GIL), and
-// run_kernel closes the pages again afterwards.
+// What a kernel has done wrong so far. The fault handler records the first
+// invalid access, opens the faulting page and lets the kernel go on;
+// run_kernel closes the pages again afterwards and reports. (A jump back out
+// of the kernel would stop it at once, but would skip the frames of a kernel
+// written in Python, which holds the GIL, and leave the interpreter broken.)
+// Each kernel has one on its launching thread; the threads of ATen's
+// intra-op pool that a kernel fans out to share a global one.
 struct Watch {
-  sigjmp_buf buf;
-  size_t offset = 0;
-  int device = -1;
-  int write = -1;  // of the first invalid access: 1 write, 0 read, -1 unknown
-  size_t count = 0;
   static constexpr int kMaxPages = 256;
+  std::atomic<size_t> count{0};
+  size_t offset = 0;  // of the first invalid access
+  int device = -1;
+  int write = -1;       // 1 write, 0 read, -1 unknown
+  bool uninit = false;  // a read of a page nothing wrote
+  std::atomic<int> npages{0};
   uintptr_t pages[kMaxPages];
-  int npages = 0;
 };
 thread_local Watch* t_watch = nullptr;
+Watch g_pool_watch;              // intra-op threads of the kernels running
+std::atomic<int> g_running{0};   // kernels running under a watch
 
 // The nearest allocation to an offset, and how the offset relates to it.
 struct Finding {
@@ -92,9 +101,10 @@ Finding find(const Arena& a, int device, size_t off) {
     f.text = format("not near any allocation of openreg:%d (none is live)", device);
     return f;
   }
-  f.text = format("%s allocation #%llu of %zu bytes at %p (openreg:%d): out of bounds",
+  const bool inside = off >= best->off && off < best->off + best->size;
+  f.text = format("%s allocation #%llu of %zu bytes at %p (openreg:%d)%s",
                   relation(off, *best).c_str(), (unsigned long long)best->seq, best->size,
-                  addr(best->off), device);
+                  addr(best->off), device, inside ? "" : ": out of bounds");
   f.alloc = reinterpret_cast<uintptr_t>(addr(best->off));
   f.size = best->size;
   return f;
@@ -129,23 +139,28 @@ std::string fault_report(const char* kernel, int device, unsigned long long stre
     std::lock_guard<std::mutex> g(a.mu);
     f = find(a, device, j.offset);
   }
-  const char* access = j.write == 1 ? "write" : j.write == 0 ? "read" : "access";
+  const char* access = j.uninit ? "uninitialised read"
+                       : j.write == 1 ? "invalid write" : j.write == 0 ? "invalid read"
+                                                               : "invalid access";
+  if (j.uninit) f.text += ", in a page nothing has written since it was allocated";
   std::string r = format(
-      "========= OPENREG MEMCHECK: invalid %s by kernel '%s' on stream %llu of openreg:%d\n"
+      "========= OPENREG MEMCHECK: %s by kernel '%s' on stream %llu of openreg:%d\n"
       "=========     device address %p is %s\n",
       access, kernel, stream, device, reinterpret_cast<void*>(address), f.text.c_str());
-  if (j.count > 1) r += format("=========     and %zu more invalid accesses\n", j.count - 1);
+  if (j.count > 1)
+    r += format("=========     and %zu more invalid accesses\n", j.count.load() - 1);
   return r + described(f);
 }
 
-// Raise mode, after the kernel: close the pages the handler opened, unless
+// After the kernel: close the pages the handler opened, unless
 // they became a live allocation's since.
 void reclose(const Watch& w) {
   Device* dev = peek_device(w.device);
-  if (!dev || !w.npages) return;
+  const int npages = std::min(w.npages.load(), Watch::kMaxPages);
+  if (!dev || !npages) return;
   Arena& a = *dev->arena;
   std::lock_guard<std::mutex> g(a.mu);
-  for (int i = 0; i < w.npages; ++i) {
+  for (int i = 0; i < npages; ++i) {
     const size_t page = w.pages[i] - reinterpret_cast<uintptr_t>(a.kview);
     bool live = false;
     auto next = a.mc_live.upper_bound(page);
@@ -169,12 +184,24 @@ void configure(const Config& c) {
   g_raise = c.memcheck_raise;
   g_guard_start = c.memcheck_guard_start;
   g_quarantine = c.memcheck_quarantine;
+  g_init = c.memcheck == 2;
   g_on.store(c.memcheck != 0);
 }
 
 bool init_arena(Arena& a) {
+  if (g_init) {
+    const size_t pages = a.capacity / kPageSize;
+    a.mc_pages.reset(new std::atomic<uint8_t>[pages]);
+    for (size_t i = 0; i < pages; ++i) a.mc_pages[i].store(kNotLive, std::memory_order_relaxed);
+  }
   return mprotect(a.kview, a.capacity, PROT_NONE) == 0;
 }
+
+namespace {
+void set_pages(Arena& a, size_t data, size_t len, PageState st) {
+  for (size_t p = data / kPageSize; p < (data + len) / kPageSize; ++p) a.mc_pages[p].store(st);
+}
+}  // namespace
 
 size_t malloc(Arena& a, size_t size) {
   const size_t data_pages = round_up(size, kPageSize);
@@ -192,7 +219,9 @@ size_t malloc(Arena& a, size_t size) {
   }
   if (region == SIZE_MAX) return SIZE_MAX;
   const size_t data = g_guard_start ? region + kPageSize : region;
-  if (mprotect(a.kview + data, data_pages, PROT_READ | PROT_WRITE) != 0) {
+  if (g_init) {
+    set_pages(a, data, data_pages, kUnwritten);  // opened by their first write
+  } else if (mprotect(a.kview + data, data_pages, PROT_READ | PROT_WRITE) != 0) {
     arena_insert_free(a, region, len);
     return SIZE_MAX;
   }
@@ -215,6 +244,7 @@ void free(Arena& a, size_t off) {
   Arena::McAlloc m = std::move(it->second);
   a.mc_live.erase(it);
   const size_t data = g_guard_start ? m.region + kPageSize : m.region;
+  if (g_init) set_pages(a, data, m.region_len - kPageSize, kNotLive);
   mprotect(a.kview + data, m.region_len - kPageSize, PROT_NONE);
   a.mc_quarantine_bytes += m.region_len;
   a.mc_quarantine.push_back(std::move(m));
@@ -232,50 +262,129 @@ std::string describe(const Arena& a, int device, size_t off, size_t n) {
                 static_cast<const void*>(a.base + off), n, find(a, device, off).text.c_str());
 }
 
+namespace {
+// Initcheck of a copy's or memset's device range: a source page nothing has
+// written is reported, a destination page becomes written (and accessible).
+bool check_range(int device, const void* p, size_t n, bool write, const char* call,
+                 std::string* why) {
+  Arena& a = arena(device);
+  const size_t off = size_t(static_cast<const char*>(p) - a.base);
+  std::lock_guard<std::mutex> g(a.mu);
+  for (size_t pg = off / kPageSize; pg <= (off + n - 1) / kPageSize; ++pg) {
+    if (a.mc_pages[pg].load() != kUnwritten) continue;
+    if (!write) {
+      const size_t first = std::max(off, pg * kPageSize);
+      *why = format("========= OPENREG MEMCHECK: uninitialised read by %s of openreg:%d\n"
+                    "=========     device address %p is %s, in a page nothing has written "
+                    "since it was allocated\n", call, device,
+                    static_cast<const void*>(a.base + first), find(a, device, first).text.c_str());
+      return false;
+    }
+    a.mc_pages[pg].store(kWritten);
+    mprotect(a.kview + pg * kPageSize, kPageSize, PROT_READ | PROT_WRITE);
+  }
+  return true;
+}
+}  // namespace
+
+orError_t check_copy(const Item& it, std::string* why) {
+  if (!g_init || it.count == 0) return orSuccess;
+  std::string report;
+  const int sd = it.type == Item::Memcpy ? device_of_pointer(it.src) : -1;
+  const int dd = device_of_pointer(it.dst);
+  if (sd >= 0 && !check_range(sd, it.src, it.count, false, it.name, &report)) {
+    if (!g_raise) {
+      write_str(("\n" + report + "========= ERROR SUMMARY: 1 error\n").c_str());
+      abort();
+    }
+    *why = "an illegal memory access was encountered\n" + report;
+    return orErrorIllegalAddress;
+  }
+  if (dd >= 0) check_range(dd, it.dst, it.count, true, it.name, &report);
+  return orSuccess;
+}
+
+void exported(Arena& a, size_t off) {
+  if (!g_init) return;
+  auto it = a.mc_live.find(off);
+  if (it == a.mc_live.end()) return;
+  const size_t data = g_guard_start ? it->second.region + kPageSize : it->second.region;
+  const size_t len = it->second.region_len - kPageSize;
+  set_pages(a, data, len, kWritten);
+  mprotect(a.kview + data, len, PROT_READ | PROT_WRITE);
+}
+
 // [docs:memcheck-run-kernel]
 orError_t run_kernel(const Item& it, int device, unsigned long long stream, std::string* why) {
   Watch w;
   Watch* const outer = t_watch;  // a kernel may launch one inline
-  if (!g_raise && sigsetjmp(w.buf, 0) != 0) {  // (0: no signal-mask syscall)
-    // The fault handler jumped here: the kernel stopped at its first invalid
-    // access, as a faulting GPU kernel does, and so does the process.
-    t_watch = outer;
-    const std::string report = fault_report(it.name, device, stream, w);
-    write_str(("\n" + report + "========= ERROR SUMMARY: 1 error\n").c_str());
-    abort();
-  }
+  const size_t pool_before = g_pool_watch.count.load();
+  g_running.fetch_add(1);
   t_watch = &w;
   const orError_t e = it.kfn(it.args);
   t_watch = outer;
-  if (__builtin_expect(w.count == 0, 1)) {
+  g_running.fetch_sub(1);
+  Watch* bad = w.count.load() ? &w : nullptr;
+  if (__builtin_expect(!bad && g_pool_watch.count.load() != pool_before, 0)) {
+    bad = &g_pool_watch;  // an intra-op thread's (of this kernel, or of one beside it)
+  }
+  if (__builtin_expect(!bad, 1)) {
     if (e != orSuccess) *why = format("kernel '%s' failed: %s", it.name, orGetErrorString(e));
     return e;
   }
-  // Raise mode: the kernel ran to its end with its invalid accesses let
-  // through; it fails now, its stream with it.
-  reclose(w);
-  *why = "an illegal memory access was encountered\n" + fault_report(it.name, device, stream, w);
+  // The kernel ran to its end with its invalid accesses let through.
+  reclose(*bad);
+  std::string report = fault_report(it.name, device, stream, *bad);
+  if (bad == &g_pool_watch) {
+    report += "=========     (in a thread of ATen's intra-op pool)\n";
+    g_pool_watch.npages.store(0);
+  }
+  if (!g_raise) {  // the process stops, as under compute-sanitizer
+    write_str(("\n" + report + "========= ERROR SUMMARY: 1 error\n").c_str());
+    abort();
+  }
+  *why = "an illegal memory access was encountered\n" + report;  // and the stream fails
   return orErrorIllegalAddress;
 }
 // [docs:memcheck-run-kernel:end]
 
 bool on_fault(uintptr_t addr, int device, size_t offset, int write) {
   Watch* w = t_watch;
+  if (!w && g_running.load() > 0) w = &g_pool_watch;
+  const uintptr_t page = addr & ~uintptr_t(kPageSize - 1);
+  bool uninit = false;
+  if (g_init) {
+    std::atomic<uint8_t>& st = peek_device(device)->arena->mc_pages[offset / kPageSize];
+    uint8_t s = st.load();
+    if (s == kWritten) return true;  // opened by another thread meanwhile: retry
+    if (s == kUnwritten) {
+      // The first write initialises the page, and so does any access from
+      // outside a kernel (host code, which initcheck does not judge); a
+      // kernel's read of it is what initcheck reports. Either way the page
+      // is open for good.
+      uninit = w && write == 0;
+      st.store(kWritten);
+      if (mprotect(reinterpret_cast<void*>(page), kPageSize, PROT_READ | PROT_WRITE) != 0)
+        return false;
+      if (!uninit) return true;
+    }
+  }
   if (!w) return false;
-  if (w->count++ == 0) {
+  if (w->count.fetch_add(1) == 0) {
     w->offset = offset;
     w->device = device;
     w->write = write;
+    w->uninit = uninit;
   }
-  if (!g_raise) siglongjmp(w->buf, 1);
-  const uintptr_t page = addr & ~uintptr_t(kPageSize - 1);
-  if (w->npages == Watch::kMaxPages ||
+  if (uninit) return true;  // opened above
+  const int i = w->npages.fetch_add(1);
+  if (i >= Watch::kMaxPages ||
       mprotect(reinterpret_cast<void*>(page), kPageSize, PROT_READ | PROT_WRITE) != 0) {
     write_str("\n========= OPENREG MEMCHECK: a kernel made invalid accesses to more than 256 "
               "pages; the process stops.\n");
     return false;
   }
-  w->pages[w->npages++] = page;
+  w->pages[i] = page;
   return true;  // the access is retried, and succeeds
 }
 

@@ -11,14 +11,14 @@
 // bytes, OPENREG_MEMCHECK_QUARANTINE) before their pages can be handed out
 // again, so that a later use is still a fault.
 //
-// A kernel runs watched (run_kernel). By default the fault handler records
-// the first invalid access and jumps back, the report is built outside the
-// signal handler, with the allocation maps' locks, and the process stops
-// (abort, like compute-sanitizer). With OPENREG_MEMCHECK_ON_ERROR=raise the
-// handler opens the faulting page instead and the kernel runs to its end (a
-// jump would skip the frames of a kernel written in Python, which holds the
-// GIL); then the pages are closed again and the kernel fails with
-// orErrorIllegalAddress and the report as its message.
+// A kernel runs watched (run_kernel). The fault handler records the first
+// invalid access, opens the faulting page and lets the kernel run to its end
+// (a jump back out of it would skip the frames of a kernel written in Python,
+// which holds the GIL). Then the pages are closed again, the report is built
+// outside the signal handler, with the allocation maps' locks, and the
+// process stops (abort, like compute-sanitizer), or with
+// OPENREG_MEMCHECK_ON_ERROR=raise the kernel fails with orErrorIllegalAddress
+// and the report as its message.
 #pragma once
 
 #include "internal.h"
@@ -42,13 +42,21 @@ void free(Arena& a, size_t off);
 // range, naming the nearest allocation and whether it was freed (a.mu held).
 std::string describe(const Arena& a, int device, size_t off, size_t n);
 
-// Run a kernel item under a jump point (execute's Kernel case).
+// Run a kernel item watched (execute's Kernel case).
 orError_t run_kernel(const Item& it, int device, unsigned long long stream, std::string* why);
 
+// Initcheck (OPENREG_MEMCHECK=initcheck) of a copy or memset item before it
+// runs: reads of never-written device pages are reported (abort, or
+// orErrorIllegalAddress with *why), written pages become initialised.
+orError_t check_copy(const Item& it, std::string* why);
+// orIpcGetMemHandle: a peer may write the allocation through its own mapping,
+// which initcheck cannot see: the allocation counts as written (a.mu held).
+void exported(Arena& a, size_t off);
+
 // From the signal handler: a fault at `addr`, which is in `device`'s kernel
-// view. When this thread runs a kernel: in abort mode, jumps back to
-// run_kernel; in raise mode, records the access, opens the page and returns
-// true (the access is retried). Otherwise returns false.
+// view. While a kernel runs (on this thread, or on any for a thread of
+// ATen's intra-op pool), records the access, opens the page and returns true:
+// the access is retried. Otherwise returns false.
 bool on_fault(uintptr_t addr, int device, size_t offset, int write);
 
 }  // namespace memcheck

@@ -166,7 +166,7 @@ void fault_handler(int sig, siginfo_t* info, void* uctx) {
       // The page-fault error code: bit 1 is set for a write.
       write = (static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
 #endif
-      // Jumps back to its kernel, or lets the access through (raise mode).
+      // Inside a kernel: noted, and let through (reported after the kernel).
       if (memcheck::on_fault(addr, i, addr - lo, write)) return;
       write_str("\n========= OPENREG MEMCHECK: invalid access at kernel-view address ");
       write_hex(addr);
@@ -174,8 +174,7 @@ void fault_handler(int sig, siginfo_t* info, void* uctx) {
       write_dec(uint64_t(i));
       write_str(", offset ");
       write_dec(addr - lo);
-      write_str(") outside any kernel's jump point (host code, or an intra-op worker "
-                "thread of a kernel): no full report; the process stops.\n");
+      write_str(") while no kernel runs (host code): no full report; the process stops.\n");
       dev = -1;
       break;
     }
@@ -607,6 +606,7 @@ orError_t orIpcGetMemHandle(orIpcMemHandle_t* handle, void* devPtr) {
                   "orIpcGetMemHandle: %p (openreg:%d) is not inside a live allocation", devPtr, d);
     h.offset = it->first;
     h.size = it->second;
+    if (memcheck::on()) memcheck::exported(a, it->first);
   }
   struct stat st;
   if (fstat(a.memfd, &st) != 0)

@@ -111,6 +111,7 @@ orError_t execute(const Item& it, int device, unsigned long long stream, std::st
       const void* s;
       orError_t e = resolve_copy(it, &d, &s, why);
       if (e != orSuccess) return e;
+      if (__builtin_expect(memcheck::on(), 0) && (e = memcheck::check_copy(it, why))) return e;
       if (it.count) memmove(d, s, it.count);
       return orSuccess;
     }
@@ -118,6 +119,7 @@ orError_t execute(const Item& it, int device, unsigned long long stream, std::st
       int dev = device_of_pointer(it.dst);
       void* d = kernel_address(dev, it.dst, it.count, why);
       if (!d) return orErrorIllegalAddress;
+      if (__builtin_expect(memcheck::on(), 0)) memcheck::check_copy(it, why);
       memset(d, it.value, it.count);
       return orSuccess;
     }
