@@ -17,7 +17,11 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
+#include <thread>
 
 namespace py = pybind11;
 
@@ -354,8 +358,110 @@ void bind_graphs(py::module& m) {
   });
 }
 
+// Memcheck's describer (orMemcheckSetDescriber, docs/memcheck.md): where the
+// allocation nearest a fault was allocated and freed, from the memory
+// history, most recent call first. Symbolizing Python frames needs the GIL.
+std::string stack_lines(const char* what, const py::object& frames) {
+  // Python frames first (where the user made the tensor), then C++ ones
+  // (stacks="all"), each most recent call first.
+  std::string py_lines, cpp_lines;
+  size_t n_py = 0, n_cpp = 0;
+  for (const auto& f : frames) {
+    const std::string file = py::str(f["filename"]).cast<std::string>();
+    // C++ frames name a shared object or executable (`libtorch_cpu.so`,
+    // `python3.11`); Python frames a source (`train.py`, `<string>`).
+    const bool is_py = file.find(".so") == std::string::npos &&
+                       (file.find(".py") != std::string::npos || file.front() == '<');
+    size_t& n = is_py ? n_py : n_cpp;
+    if (++n > 10) continue;
+    (is_py ? py_lines : cpp_lines) += "  " + file + ":" + py::str(f["line"]).cast<std::string>() +
+                                      " in " + py::str(f["name"]).cast<std::string>() + "\n";
+  }
+  if (!n_py && !n_cpp) return std::string(what) + ": no frames recorded\n";
+  std::string out;
+  if (n_py) out += std::string(what) + " (Python, most recent call first):\n" + py_lines;
+  if (n_cpp) out += std::string(what) + " (C++, most recent call first):\n" + cpp_lines;
+  return out;
+}
+
+// The stacks of the allocation at `addr` (GIL held).
+std::string allocation_stacks(uintptr_t addr, bool freed) {
+  torch_openreg::MemorySnapshot snap = torch_openreg::memorySnapshot();
+  std::shared_ptr<c10::GatheredContext> alloc_ctx, free_ctx;
+  for (auto& seg : snap.segments)
+    for (auto& b : seg.blocks)
+      if (b.address == addr && b.context) alloc_ctx = b.context;
+  for (auto& trace : snap.device_traces) {
+    for (auto& e : trace) {  // oldest first: the last allocation at addr wins
+      if (e.addr != addr || !e.context) continue;
+      if (e.action == torch_openreg::TraceEntry::ALLOC) alloc_ctx = e.context, free_ctx.reset();
+      if (e.action == torch_openreg::TraceEntry::FREE_REQUESTED) free_ctx = e.context;
+    }
+  }
+  auto* alloc_tb = dynamic_cast<torch::CapturedTraceback*>(alloc_ctx.get());
+  auto* free_tb = freed ? dynamic_cast<torch::CapturedTraceback*>(free_ctx.get()) : nullptr;
+  std::vector<torch::CapturedTraceback*> tbs;
+  for (auto* tb : {alloc_tb, free_tb})
+    if (tb) tbs.push_back(tb);
+  if (tbs.empty())
+    return "stacks: none recorded; call torch.openreg.memory._record_memory_history() "
+           "first to see where the allocation was made and freed";
+  std::vector<py::object> frames = torch::py_symbolize(tbs);
+  std::string out;
+  size_t i = 0;
+  if (alloc_tb) out += stack_lines("allocated at", frames[i++]);
+  if (free_tb) out += stack_lines("freed at", frames[i]);
+  return out;
+}
+
+size_t describe_allocation(const void* ptr, size_t /*size*/, int freed, char* buf, size_t len) {
+  const auto addr = reinterpret_cast<uintptr_t>(ptr);
+  auto stacks = [addr, freed]() -> std::string {
+    try {
+      return allocation_stacks(addr, freed != 0);
+    } catch (const std::exception& e) {
+      return std::string("stacks: could not be read: ") + e.what();
+    }
+  };
+  std::string out;
+  if (!Py_IsInitialized()) {
+    out = "stacks: not shown (the interpreter is gone)";
+  } else if (PyGILState_Check()) {  // a kernel written in Python
+    out = stacks();
+  } else {
+    // The faulting thread released the GIL (as torch's bindings do around
+    // an operator) or never had it. Another thread takes it: if a Python
+    // thread holds it while waiting for this one, the report goes without.
+    struct Job {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      std::string out;
+    };
+    auto job = std::make_shared<Job>();
+    std::thread([job, stacks] {
+      py::gil_scoped_acquire gil;
+      std::string s = stacks();
+      std::lock_guard<std::mutex> g(job->mu);
+      job->out = std::move(s);
+      job->done = true;
+      job->cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> lk(job->mu);
+    if (job->cv.wait_for(lk, std::chrono::seconds(5), [&] { return job->done; }))
+      out = job->out;
+    else
+      out = "stacks: not shown (the GIL stayed taken for 5 s)";
+  }
+  const size_t n = std::min(out.size(), len ? len - 1 : 0);
+  memcpy(buf, out.data(), n);
+  if (len) buf[n] = 0;
+  return n;
+}
+
 // Memory: info, history and snapshots, the fraction, host-memory statistics.
 void bind_memory(py::module& m) {
+  OPENREG_CHECK(orMemcheckSetDescriber(&describe_allocation));
   m.def("_mem_get_info", [](int64_t index) {
     auto info = torch_openreg::getDeviceAllocator()->getMemoryInfo(index_or_current(index));
     return py::make_tuple(info.first, info.second);
