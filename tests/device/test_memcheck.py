@@ -112,6 +112,33 @@ class TestMemcheckReports:
             p, "invalid read by kernel 'mcbug::read_at'",
             "is 8 bytes inside allocation", "of 64 bytes", "which was freed: use after free")
 
+    def test_the_report_shows_where_the_allocation_was_made_and_freed(self):
+        p = run("""
+            torch.openreg.memory._record_memory_history()
+            t = torch.ones(16, device="openreg")           # allocated here
+            stale = torch.ops.mcbug.address_of(t)
+            del t                                          # freed here
+            torch.ops.mcbug.read_at(torch.zeros(4, device="openreg"), stale)
+        """)
+        assert_aborted_with(p, "which was freed: use after free",
+                            "allocated at (Python, most recent call first):",
+                            "freed at (Python, most recent call first):")
+        # The innermost Python frame of each: the child's own lines.
+        source = p.args[-1].splitlines()
+        for heading, marker in [("allocated at (Python", "# allocated here"),
+                                ("freed at (Python", "# freed here")]:
+            frame = p.stderr.split(heading)[1].split("\n")[1]
+            line = next(i for i, text in enumerate(source, 1) if marker in text)
+            assert f"<string>:{line} in <module>" in frame, (heading, line, p.stderr[-3000:])
+
+    def test_without_memory_history_the_report_says_how_to_get_stacks(self):
+        p = run("""
+            x = torch.arange(10, dtype=torch.float32, device="openreg")
+            torch.ops.mcbug.past_end(x)
+        """)
+        assert_aborted_with(p, "stacks: none recorded; call "
+                               "torch.openreg.memory._record_memory_history() first")
+
     def test_a_cpp_kernel_writing_past_its_buffer(self):
         # A C++ kernel launched through the runtime's C API (fill_i32 fills
         # n int32 through the kernel view): given one element too many.
@@ -230,7 +257,7 @@ class TestMemcheckAllocator:
         assert int(p.stdout.split("reused at:")[1]) >= 7, p.stdout
 
     @pytest.mark.parametrize("var, value, expected", [
-        ("OPENREG_MEMCHECK", "yes", "expected 0, 1 or memcheck"),
+        ("OPENREG_MEMCHECK", "yes", "expected 0, 1, memcheck or initcheck"),
         ("OPENREG_MEMCHECK_ON_ERROR", "warn", "expected abort or raise"),
         ("OPENREG_MEMCHECK_GUARD", "middle", "expected end or start"),
         ("OPENREG_MEMCHECK_QUARANTINE", "lots", "a size in bytes"),
@@ -246,3 +273,70 @@ class TestMemcheckAllocator:
         assert p.returncode == 0, p.stderr[-3000:]
         assert f"{var}='{value}' is invalid" in p.stdout, p.stdout
         assert expected in p.stdout
+
+
+def run_init(code: str, **env):
+    return run(code, OPENREG_MEMCHECK="initcheck", **env)
+
+
+@pytest.mark.device
+class TestInitcheck:
+    """OPENREG_MEMCHECK=initcheck: reads of device pages nothing has written."""
+
+    hw_classification = HW.ACCELERATOR
+
+    def test_device_to_host_copy_of_uninitialised_memory(self):
+        p = run_init("""
+            x = torch.empty(10, device="openreg")
+            x.cpu()
+        """)
+        assert_aborted_with(p, "uninitialised read by orMemcpy", "0 bytes inside allocation",
+                            "of 40 bytes", "in a page nothing has written since it was allocated")
+
+    def test_a_kernel_reading_uninitialised_memory(self):
+        p = run_init("""
+            x = torch.empty(10, device="openreg")
+            x + 1
+        """)
+        assert_aborted_with(p, "uninitialised read by kernel 'aten::add'", "of 40 bytes")
+
+    def test_raise_mode(self):
+        p = run_init("""
+            x = torch.empty(10, device="openreg")
+            try:
+                x.cpu()
+            except RuntimeError as e:
+                print("raised:", e)
+            x.fill_(3)
+            print("after:", x.cpu()[:2].tolist())
+        """, OPENREG_MEMCHECK_ON_ERROR="raise")
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "raised:" in p.stdout and "uninitialised read by orMemcpy" in p.stdout
+        assert "after: [3.0, 3.0]" in p.stdout
+
+    def test_memory_written_by_kernels_copies_and_memsets_is_not_reported(self):
+        p = run_init("""
+            a = torch.empty(10, device="openreg")
+            a.fill_(1)                                        # a kernel's write
+            b = torch.empty(10, device="openreg")
+            b.copy_(torch.arange(10.))                        # a host-to-device copy
+            c = torch.zeros(10, device="openreg")             # a memset or a kernel
+            d = a * 2 + b + c                                 # kernel outputs
+            e = torch.empty(10, device="openreg")
+            e.copy_(d)                                        # a device-to-device copy
+            print("sum:", e.sum().item())
+        """)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "sum: 65.0" in p.stdout
+        assert "MEMCHECK" not in p.stderr
+
+    def test_the_granularity_is_a_page_of_an_allocation(self):
+        # 8 KiB: two pages of its own. Writing the first page does not make
+        # the second one initialised.
+        p = run_init("""
+            x = torch.empty(2048, device="openreg")
+            x[:1024].fill_(1)
+            x.cpu()
+        """)
+        assert_aborted_with(p, "uninitialised read by orMemcpy", "4096 bytes inside allocation",
+                            "of 8192 bytes")
