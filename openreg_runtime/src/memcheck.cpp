@@ -25,13 +25,13 @@ namespace {
 
 bool g_raise = false;
 bool g_init = false;  // OPENREG_MEMCHECK=initcheck
+bool g_guard_start = false;
+size_t g_quarantine = 0;
 
 // Initcheck's state of a page of the kernel view. A live allocation's pages
 // start kUnwritten and PROT_NONE; the first write to one (a fault that says
 // write, a copy or a memset) makes it kWritten and read/write.
 enum PageState : uint8_t { kNotLive = 0, kUnwritten = 1, kWritten = 2 };
-bool g_guard_start = false;
-size_t g_quarantine = 0;
 std::atomic<uint64_t> g_seq{0};
 std::atomic<orMemcheckDescriber_t> g_describer{nullptr};
 
@@ -45,6 +45,7 @@ std::atomic<orMemcheckDescriber_t> g_describer{nullptr};
 struct Watch {
   static constexpr int kMaxPages = 256;
   std::atomic<size_t> count{0};
+  std::atomic<bool> recorded{false};  // the first access below is set
   size_t offset = 0;  // of the first invalid access
   int device = -1;
   int write = -1;       // 1 write, 0 read, -1 unknown
@@ -133,11 +134,11 @@ std::string fault_report(const char* kernel, int device, unsigned long long stre
                          const Watch& j) {
   Finding f;
   uintptr_t address = 0;
-  if (Device* dev = peek_device(device)) {
+  if (Device* dev = peek_device(j.device)) {  // (a kernel may touch another device's memory)
     Arena& a = *dev->arena;
     address = reinterpret_cast<uintptr_t>(a.base + j.offset);
     std::lock_guard<std::mutex> g(a.mu);
-    f = find(a, device, j.offset);
+    f = find(a, j.device, j.offset);
   }
   const char* access = j.uninit ? "uninitialised read"
                        : j.write == 1 ? "invalid write" : j.write == 0 ? "invalid read"
@@ -147,7 +148,7 @@ std::string fault_report(const char* kernel, int device, unsigned long long stre
       "========= OPENREG MEMCHECK: %s by kernel '%s' on stream %llu of openreg:%d\n"
       "=========     device address %p is %s\n",
       access, kernel, stream, device, reinterpret_cast<void*>(address), f.text.c_str());
-  if (j.count > 1)
+  if (j.count > 1 && &j != &g_pool_watch)
     r += format("=========     and %zu more invalid accesses\n", j.count.load() - 1);
   return r + described(f);
 }
@@ -324,7 +325,7 @@ orError_t run_kernel(const Item& it, int device, unsigned long long stream, std:
   const orError_t e = it.kfn(it.args);
   t_watch = outer;
   g_running.fetch_sub(1);
-  Watch* bad = w.count.load() ? &w : nullptr;
+  Watch* bad = w.recorded.load() ? &w : nullptr;
   if (__builtin_expect(!bad && g_pool_watch.count.load() != pool_before, 0)) {
     bad = &g_pool_watch;  // an intra-op thread's (of this kernel, or of one beside it)
   }
@@ -336,8 +337,9 @@ orError_t run_kernel(const Item& it, int device, unsigned long long stream, std:
   reclose(*bad);
   std::string report = fault_report(it.name, device, stream, *bad);
   if (bad == &g_pool_watch) {
-    report += "=========     (in a thread of ATen's intra-op pool)\n";
+    report += "=========     (by another thread than the kernel's own, such as ATen's intra-op pool)\n";
     g_pool_watch.npages.store(0);
+    g_pool_watch.recorded.store(false);  // the next one is recorded afresh
   }
   if (!g_raise) {  // the process stops, as under compute-sanitizer
     write_str(("\n" + report + "========= ERROR SUMMARY: 1 error\n").c_str());
@@ -370,7 +372,8 @@ bool on_fault(uintptr_t addr, int device, size_t offset, int write) {
     }
   }
   if (!w) return false;
-  if (w->count.fetch_add(1) == 0) {
+  w->count.fetch_add(1);
+  if (!w->recorded.exchange(true)) {
     w->offset = offset;
     w->device = device;
     w->write = write;

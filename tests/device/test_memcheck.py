@@ -41,6 +41,18 @@ BUGGY_OPS = textwrap.dedent("""\
     def read_at(x, address):  # reads what a pointer kept from an earlier call points at
         return x + ctypes.c_float.from_address(address).value
 
+    def past_end_in_a_helper_thread(x):  # as a kernel fanning out to intra-op threads
+        import threading
+        out = torch.empty_like(x)
+        out.copy_(x)
+        end = out.data_ptr() + out.numel() * 4
+        t = threading.Thread(target=lambda: setattr(ctypes.c_float.from_address(end), "value", 1.0))
+        t.start()
+        t.join()
+        return out
+
+    lib.define("past_end_in_a_helper_thread(Tensor x) -> Tensor")
+    lib.impl("past_end_in_a_helper_thread", past_end_in_a_helper_thread, "CPU")
     lib.impl("past_end", past_end, "CPU")
     lib.impl("before_start", before_start, "CPU")
     lib.impl("address_of", lambda x: x.data_ptr(), "CPU")
@@ -75,6 +87,15 @@ class TestMemcheckReports:
         assert_aborted_with(
             p, "OPENREG MEMCHECK: invalid write by kernel 'mcbug::past_end'",
             "is 0 bytes after the end of allocation", "of 40 bytes", "out of bounds")
+
+    def test_an_access_from_another_thread_of_the_kernel(self):
+        p = run("""
+            x = torch.arange(10, dtype=torch.float32, device="openreg")
+            torch.ops.mcbug.past_end_in_a_helper_thread(x)
+        """)
+        assert_aborted_with(
+            p, "invalid write by kernel 'mcbug::past_end_in_a_helper_thread'",
+            "0 bytes after the end of allocation", "by another thread than the kernel's own")
 
     def test_raise_mode_reports_as_a_python_error_and_the_process_goes_on(self):
         p = run("""

@@ -128,6 +128,7 @@ class TestOutOfMemory:
         assert keep.sum().item() == 10
         assert torch.ones(1000, device="openreg").sum().item() == 1000
 
+    @pytest.mark.skipif(target.MEMCHECK, reason=CACHING)
     def test_oom_flushes_cache_before_failing(self):
         code = """
 import torch
@@ -169,6 +170,7 @@ print(a[-100:].sum().item())
 class TestRecordStream:
     hw_classification = HW.ACCELERATOR
 
+    @pytest.mark.skipif(target.MEMCHECK, reason=CACHING)
     def test_block_not_reused_until_other_stream_done(self):
         fresh()
         s = target.device_module.Stream()

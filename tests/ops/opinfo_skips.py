@@ -32,7 +32,7 @@ The reasons name the device under test through ``tests.target.DEVICE``; the
 table itself is openreg's (another backend's sweep may need other entries).
 """
 
-from tests.target import DEVICE
+from tests.target import DEVICE, MEMCHECK
 
 # Groups that are not run at all.
 SKIPS = {
@@ -58,6 +58,19 @@ SKIPS.update({
         f"(_AUTO_DEFAULTS has 'cpu' and 'cuda' only): {DEVICE} gets the 'compact' bf16 accumulation, "
         "the CPU 'accurate' fp32 accumulation",
 })
+
+
+# -- DIFFERENT ROUNDING in memcheck mode (docs/memcheck.md): an allocation
+#    ends at a guard page, so its start is aligned to its size's largest
+#    power of two instead of 512 bytes, and LAPACK's svd takes another
+#    vector path: its gradients differ from the CPU's in the last bits
+#    (1.3e-5 against a tolerance of 1e-5). Not a memory error. ---------------
+if MEMCHECK:
+    for _op in ("svd", "linalg.svd"):
+        for _group in ("backward", "device1"):
+            SKIPS[(_op, "", _group)] = (
+                "DIFFERENT ROUNDING: memcheck's placement changes the alignment LAPACK sees "
+                "(docs/memcheck.md)")
 
 
 # Groups whose output *values* are not compared (device, dtype, shape,
