@@ -193,7 +193,7 @@ SIDE_STREAM_COPY = """
     pinned = torch.empty(1 << 16, pin_memory=True)
     s.wait_stream(torch.openreg.current_stream())
     with torch.openreg.stream(s):
-        torch.openreg._sleep(200000)
+        torch.openreg._sleep(600000)
         pinned.copy_(x, non_blocking=True)
         {record}
     del x
@@ -225,7 +225,7 @@ class TestMemcheckStreamOrder:
         p = run("""
             x = torch.arange(1 << 16, dtype=torch.float32, device="openreg")
             pinned = torch.empty(1 << 16, pin_memory=True)
-            torch.openreg._sleep(200000)
+            torch.openreg._sleep(600000)
             pinned.copy_(x, non_blocking=True)
             del x
             torch.empty(10, device="openreg")
