@@ -86,7 +86,6 @@ struct Arena {
     size_t region = 0, region_len = 0;  // whole pages, guard page included
     size_t off = 0, size = 0;           // the allocation itself
     uint64_t seq = 0;                   // its number, for reports
-    std::string freed_by;               // the kernel or call current at the free
   };
   std::map<size_t, McAlloc> mc_live;
   std::deque<McAlloc> mc_quarantine;   // oldest first
