@@ -124,7 +124,7 @@ class TestMemorySummaries:
 
 @pytest.mark.device
 @pytest.mark.skipif(target.MEMCHECK, reason="block sizes, segments and reuse are the caching "
-                    "allocator's; memcheck mode (OPENREG_MEMCHECK) bypasses it")
+                    "allocator's; memcheck mode (docs/memcheck.md) bypasses it")
 class TestMemoryHistory:
     hw_classification = HW.ACCELERATOR
 

@@ -16,7 +16,7 @@ MB = 1 << 20
 
 # Block sizes and reuse are the caching allocator's; memcheck mode has none
 # (as CUDA tests skip them under PYTORCH_NO_CUDA_MEMORY_CACHING=1).
-CACHING = "memcheck mode (OPENREG_MEMCHECK) bypasses the caching allocator"
+CACHING = "memcheck mode (docs/memcheck.md) bypasses the caching allocator"
 
 
 def fresh():

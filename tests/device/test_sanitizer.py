@@ -102,7 +102,7 @@ class TestSanitizerCatches:
         assert "'aten::sum' read it float32[1000] on " + stream_name(side) in str(info.value)
 
     @pytest.mark.skipif(target.MEMCHECK, reason="needs the caching allocator's reuse of the "
-                        "block, which memcheck mode (OPENREG_MEMCHECK) bypasses")
+                        "block, which memcheck mode (docs/memcheck.md) bypasses")
     def test_missing_record_stream_before_free_and_reuse(self, sanitizer):
         x = torch.ones(N, device="openreg")  # allocated on the default stream
         side = side_stream()
