@@ -57,6 +57,15 @@ thread_local Watch* t_watch = nullptr;
 Watch g_pool_watch;              // intra-op threads of the kernels running
 std::atomic<int> g_running{0};   // kernels running under a watch
 
+// Where an allocation's own pages start (its region less the guard page),
+// and how many bytes they span.
+size_t data_start(const Arena::McAlloc& m) { return g_guard_start ? m.region + kPageSize : m.region; }
+size_t data_len(const Arena::McAlloc& m) { return m.region_len - kPageSize; }
+
+// The end of a report: the process stops, as under compute-sanitizer, or
+// (raise mode) the operation fails with the report as its message.
+orError_t report_error(const std::string& report, std::string* why);
+
 // The nearest allocation to an offset, and how the offset relates to it.
 struct Finding {
   std::string text;
@@ -167,8 +176,8 @@ void reclose(const Watch& w) {
     auto next = a.mc_live.upper_bound(page);
     for (auto it : {next, next == a.mc_live.begin() ? a.mc_live.end() : std::prev(next)}) {
       if (it == a.mc_live.end()) continue;
-      const size_t data = g_guard_start ? it->second.region + kPageSize : it->second.region;
-      if (page >= data && page < data + it->second.region_len - kPageSize) live = true;
+      const size_t data = data_start(it->second);
+      if (page >= data && page < data + data_len(it->second)) live = true;
     }
     if (!live) mprotect(a.kview + page, kPageSize, PROT_NONE);
   }
@@ -244,9 +253,9 @@ void free(Arena& a, size_t off) {
   if (it == a.mc_live.end()) return;
   Arena::McAlloc m = std::move(it->second);
   a.mc_live.erase(it);
-  const size_t data = g_guard_start ? m.region + kPageSize : m.region;
-  if (g_init) set_pages(a, data, m.region_len - kPageSize, kNotLive);
-  mprotect(a.kview + data, m.region_len - kPageSize, PROT_NONE);
+  const size_t data = data_start(m);
+  if (g_init) set_pages(a, data, data_len(m), kNotLive);
+  mprotect(a.kview + data, data_len(m), PROT_NONE);
   a.mc_quarantine_bytes += m.region_len;
   a.mc_quarantine.push_back(std::move(m));
   while (a.mc_quarantine_bytes > g_quarantine && !a.mc_quarantine.empty()) {
@@ -264,6 +273,15 @@ std::string describe(const Arena& a, int device, size_t off, size_t n) {
 }
 
 namespace {
+orError_t report_error(const std::string& report, std::string* why) {
+  if (!g_raise) {
+    write_str(("\n" + report + "========= ERROR SUMMARY: 1 error\n").c_str());
+    abort();
+  }
+  *why = "an illegal memory access was encountered\n" + report;
+  return orErrorIllegalAddress;
+}
+
 // Initcheck of a copy's or memset's device range: a source page nothing has
 // written is reported, a destination page becomes written (and accessible).
 bool check_range(int device, const void* p, size_t n, bool write, const char* call,
@@ -293,14 +311,8 @@ orError_t check_copy(const Item& it, std::string* why) {
   std::string report;
   const int sd = it.type == Item::Memcpy ? device_of_pointer(it.src) : -1;
   const int dd = device_of_pointer(it.dst);
-  if (sd >= 0 && !check_range(sd, it.src, it.count, false, it.name, &report)) {
-    if (!g_raise) {
-      write_str(("\n" + report + "========= ERROR SUMMARY: 1 error\n").c_str());
-      abort();
-    }
-    *why = "an illegal memory access was encountered\n" + report;
-    return orErrorIllegalAddress;
-  }
+  if (sd >= 0 && !check_range(sd, it.src, it.count, false, it.name, &report))
+    return report_error(report, why);
   if (dd >= 0) check_range(dd, it.dst, it.count, true, it.name, &report);
   return orSuccess;
 }
@@ -309,8 +321,8 @@ void exported(Arena& a, size_t off) {
   if (!g_init) return;
   auto it = a.mc_live.find(off);
   if (it == a.mc_live.end()) return;
-  const size_t data = g_guard_start ? it->second.region + kPageSize : it->second.region;
-  const size_t len = it->second.region_len - kPageSize;
+  const size_t data = data_start(it->second);
+  const size_t len = data_len(it->second);
   set_pages(a, data, len, kWritten);
   mprotect(a.kview + data, len, PROT_READ | PROT_WRITE);
 }
@@ -341,12 +353,7 @@ orError_t run_kernel(const Item& it, int device, unsigned long long stream, std:
     g_pool_watch.npages.store(0);
     g_pool_watch.recorded.store(false);  // the next one is recorded afresh
   }
-  if (!g_raise) {  // the process stops, as under compute-sanitizer
-    write_str(("\n" + report + "========= ERROR SUMMARY: 1 error\n").c_str());
-    abort();
-  }
-  *why = "an illegal memory access was encountered\n" + report;  // and the stream fails
-  return orErrorIllegalAddress;
+  return report_error(report, why);  // (an asynchronous kernel fails its stream)
 }
 // [docs:memcheck-run-kernel:end]
 
