@@ -28,6 +28,7 @@
 // orEvent* calls name your runtime.
 #include "OpenRegAllocatorImpl.h"
 
+#include "OpenRegAllocatorAsan.h"
 #include "OpenRegFunctions.h"
 #include "OpenRegStream.h"
 #include "../aten/Sanitizer.h"
@@ -44,6 +45,18 @@ bool memcheck_on() {
   }();
   return on;
 }
+
+namespace {
+// ASan builds poison the cache's free memory (OpenRegAllocatorAsan.h):
+// not a graph pool's (a replay reuses the addresses of blocks freed during
+// its capture), not in memcheck mode (no cache; guard pages do that job).
+inline bool asan_poisons(const PrivatePool* pool) {
+  return asan::kOn && pool == nullptr && !memcheck_on();
+}
+inline char* kernel_view(c10::DeviceIndex device, char* ptr) {
+  return ptr + kernel_view_offset(device);
+}
+}  // namespace
 
 Block* CachingAllocator::malloc_block(c10::DeviceIndex device, size_t requested) {
   check_device_index(device);
@@ -108,6 +121,7 @@ Block* CachingAllocator::malloc_block(c10::DeviceIndex device, size_t requested)
   }
   block->allocated = true;
   block->requested = requested;
+  if (asan_poisons(block->pool)) asan::allocated(kernel_view(device, block->ptr), requested);
   st.link_live(block);
   update(st.stats.allocation, 1, small);
   update(st.stats.allocated_bytes, int64_t(block->size), small);
@@ -300,6 +314,7 @@ Block* CachingAllocator::new_segment(DeviceState& st, c10::DeviceIndex device,
         "OPENREG_DEVICE_MEMORY.)");
     // [docs:allocator-fraction-oom:end]
   }
+  if (asan_poisons(private_pool)) asan::segment_added(kernel_view(device, static_cast<char*>(ptr)), seg);
   auto* b = new Block();
   b->device = device;
   b->pool = private_pool;
@@ -350,6 +365,12 @@ void CachingAllocator::free_completed(DeviceState& st, Block* block,
   }
   block->context.reset();
   block->requested = 0;
+  if (asan_poisons(block->pool)) {
+    asan::freed(nativeStream(c10::Stream(c10::Stream::UNSAFE,
+                                         c10::Device(c10::DeviceType::PrivateUse1, block->device),
+                                         block->stream)),
+                kernel_view(block->device, block->ptr), block->size);
+  }
 }
 
 // Merge with free neighbours and put back in the pool.
@@ -409,6 +430,7 @@ void CachingAllocator::free_segment(DeviceState& st, Block* b) {
   if (C10_UNLIKELY(history_on())) {
     record(st, TraceEntry::SEGMENT_FREE, b->ptr, b->size, b->stream, nullptr);
   }
+  if (asan_poisons(b->pool)) asan::segment_removed(kernel_view(b->device, b->ptr), b->size);
   if (orFree(b->ptr) != orSuccess) orGetLastError();  // any device
   update(st.stats.segment, -1, b->small);
   update(st.stats.reserved_bytes, -int64_t(b->size), b->small);
