@@ -4,6 +4,7 @@
 //   OpenRegAllocatorPools.cpp    graph capture's private pools
 //   OpenRegAllocatorStats.cpp    statistics, memory info, the memory fraction
 //   OpenRegAllocatorHistory.cpp  memory history and snapshots
+//   OpenRegAllocatorAsan.{h,cpp}  ASan builds: free memory poisoned in stream order
 // OpenRegAllocator.h is the public side (what the rest of the glue calls).
 #pragma once
 
