@@ -6,8 +6,11 @@ Every case runs in a child process: memcheck is chosen when the runtime
 loads, and a report stops the process by default.
 """
 
+import os
 import signal
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -58,6 +61,26 @@ BUGGY_OPS = textwrap.dedent("""\
     lib.impl("address_of", lambda x: x.data_ptr(), "CPU")
     lib.impl("read_at", read_at, "CPU")
 """)
+
+
+@pytest.fixture(scope="module")
+def planted_cpp_op(tmp_path_factory):
+    """memcheck_planted_op.cpp built as a vendor builds a C++ operator
+    library against the glue's headers (about 10 s): the shared object's
+    path, for torch.ops.load_library."""
+    import torch_openreg
+    from torch.utils import cpp_extension
+
+    root = Path(__file__).resolve().parents[2]
+    lib = Path(torch_openreg.__file__).parent / "lib"
+    with pytest.MonkeyPatch.context() as mp:  # the venv's ninja, where there is no other
+        mp.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        return cpp_extension.load(
+            name="memcheck_planted_op", sources=[str(root / "tests/device/memcheck_planted_op.cpp")],
+            extra_include_paths=[str(root / "openreg_python/csrc"), str(root / "openreg_runtime/include")],
+            extra_cflags=["-O1"],
+            extra_ldflags=[f"-L{lib}", "-ltorch_openreg", "-lopenreg", f"-Wl,-rpath,{lib}"],
+            is_python_module=False, build_directory=str(tmp_path_factory.mktemp("planted_op")))
 
 
 def run(code: str, **env):
@@ -159,6 +182,18 @@ class TestMemcheckReports:
         """)
         assert_aborted_with(p, "stacks: none recorded; call "
                                "torch.openreg.memory._record_memory_history() first")
+
+    def test_a_cpp_torch_library_operator_writing_past_its_output(self, planted_cpp_op):
+        # TORCH_LIBRARY(planted, ...), its PrivateUse1 kernel launched through
+        # run_on_device_of as the custom-operator examples are: one float
+        # past its 100-element output.
+        p = run(f"""
+            torch.ops.load_library({str(planted_cpp_op)!r})
+            x = torch.ones(100, device="openreg")
+            torch.ops.planted.fill_past_end(x)
+        """)
+        assert_aborted_with(p, "invalid write by kernel 'planted::fill_past_end'",
+                            "is 0 bytes after the end of allocation", "of 400 bytes", "out of bounds")
 
     def test_a_cpp_kernel_writing_past_its_buffer(self):
         # A C++ kernel launched through the runtime's C API (fill_i32 fills

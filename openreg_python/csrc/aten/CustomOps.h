@@ -3,7 +3,6 @@
 #pragma once
 
 #include "DeviceCheck.h"
-#include "DeviceCheck.h"
 #include "KernelView.h"
 
 #include <ATen/core/Tensor.h>
