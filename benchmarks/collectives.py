@@ -11,6 +11,14 @@ Each rank times every operation (medians over iterations, after warm-up) with
 occl on openreg tensors and gloo on CPU tensors; rank 0 prints a table and
 the occl/gloo ratios. Bus bandwidth follows nccl-tests: all-reduce moves
 2(n-1)/n of the buffer per rank, all-gather and reduce-scatter (n-1)/n.
+
+The machine's own limit is measured in the same run: one core's memcpy
+bandwidth (64 MiB, libc's memmove, median of 9, taken before and after each
+configuration's ranks run, with nothing else of this benchmark running). The
+"of memcpy" column is occl's bus bandwidth as a fraction of it (issue 35's
+target: 0.8 at 16 MiB and above on 2 ranks). A rank that moves the bus
+bandwidth's bytes copies them at most once each (zero copy reads the peer's
+buffer and writes its own), so one core's memcpy is the bound per rank.
 """
 
 import argparse
@@ -137,6 +145,23 @@ def launch(nranks, quick, timeout, extra_env=None, latency=False, nodes=1):
     return json.loads(outs[0].strip().splitlines()[-1])
 
 
+def memcpy_bandwidth(nbytes=64 * MiB, repeat=9):
+    """One core's memcpy bandwidth in GB/s (bytes copied per second): the
+    median of `repeat` copies of `nbytes` between buffers already touched."""
+    import ctypes
+    src, dst = bytearray(b"\1" * nbytes), bytearray(nbytes)
+    s = (ctypes.c_char * nbytes).from_buffer(src)
+    d = (ctypes.c_char * nbytes).from_buffer(dst)
+    ctypes.memmove(d, s, nbytes)  # fault every page in first
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        ctypes.memmove(d, s, nbytes)
+        times.append(time.perf_counter() - t0)
+    del s, d
+    return nbytes / statistics.median(times) / 1e9
+
+
 def median_rows(runs):
     """Per (op, size, backend): the median time and bus bandwidth over runs
     (a busy machine's runs differ far more than a run's iterations)."""
@@ -177,24 +202,35 @@ def main():
     variants = args.variants.split(",")
     for n in map(int, args.ranks.split(",")):
         for variant in variants:
-            runs = [launch(n, args.quick, timeout=120 if args.quick else 1200,
-                           extra_env=VARIANTS[variant], latency=args.latency, nodes=args.nodes)
-                    for _ in range(args.repeat)]
+            runs, memcpy = [], []
+            for _ in range(args.repeat):
+                memcpy.append(memcpy_bandwidth())
+                runs.append(launch(n, args.quick, timeout=120 if args.quick else 1200,
+                                   extra_env=VARIANTS[variant], latency=args.latency,
+                                   nodes=args.nodes))
+                memcpy.append(memcpy_bandwidth())
             rows = median_rows(runs)
+            bound = statistics.median(memcpy)
+            for r in rows:
+                r["memcpy"] = bound
             all_rows[(n, variant)] = rows
             where = f" over {args.nodes} nodes" if args.nodes > 1 else ""
-            print(f"\n{n} ranks{where}, occl {variant}{' (quick)' if args.quick else ''}")
+            print(f"\n{n} ranks{where}, occl {variant}{' (quick)' if args.quick else ''}; "
+                  f"one core's memcpy: {bound:.2f} GB/s")
             print(f"{'op':<15}{'size':>9}{'occl us':>11}{'gloo us':>11}{'occl busbw':>12}"
-                  f"{'gloo busbw':>12}{'ratio':>8}")
+                  f"{'gloo busbw':>12}{'ratio':>8}{'of memcpy':>11}")
             by = {(r["op"], r["bytes"], r["backend"]): r for r in rows}
             for op, size in cases(args.quick, args.latency):
                 o, g = by[(op, size, "occl")], by[(op, size, "gloo")]
                 # latency-bound: ratio of times (gloo/occl); else bus bandwidth (occl/gloo)
                 ratio = g["us"] / o["us"]
+                frac = f"{o['busbw'] / bound:>11.2f}" if size >= MiB else f"{'':>11}"
                 print(f"{op:<15}{fmt_size(size):>9}{o['us']:>11.1f}{g['us']:>11.1f}"
-                      f"{o['busbw']:>10.2f}GB{g['busbw']:>10.2f}GB{ratio:>7.2f}x", flush=True)
+                      f"{o['busbw']:>10.2f}GB{g['busbw']:>10.2f}GB{ratio:>7.2f}x{frac}",
+                      flush=True)
     print("\nratio = gloo time / occl time (above 1: occl is faster); gloo is measured in the "
-          "same run as each occl variant")
+          "same run as each occl variant. of memcpy = occl's bus bandwidth / one core's "
+          "memcpy bandwidth (the limit a rank can reach)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({f"{n} {v}": rows for (n, v), rows in all_rows.items()}, f, indent=1)

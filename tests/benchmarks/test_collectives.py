@@ -18,5 +18,11 @@ class TestCollectivesBenchmarkRuns:
     def test_quick_run_prints_ratios(self):
         r = run_benchmark("collectives.py", "--quick", "--ranks", "2", timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
-        for case in ["allreduce", "allgather", "reduce_scatter", "ratio"]:
+        for case in ["allreduce", "allgather", "reduce_scatter", "ratio", "of memcpy"]:
             assert case in r.stdout, r.stdout
+        # The machine's limit, measured in the same run, and each 1 MiB
+        # row's fraction of it.
+        bound = float(r.stdout.split("one core's memcpy: ")[1].split()[0])
+        assert bound > 0
+        rows = [line.split() for line in r.stdout.splitlines() if " MiB " in f" {line} "]
+        assert rows and all(float(row[-1]) > 0 for row in rows), r.stdout
