@@ -14,10 +14,11 @@ The machines are noisy: read ratios, not absolute times.
 
 The training step is the exception: each side runs in a fresh process of its own
 (alternating cpu and openreg, BENCH_ROUNDS pairs). autograd runs the backward of
-openreg tensors on its device thread, as it does for CUDA, and that thread's OpenMP
-pool makes every OpenMP region of the process slower for as long as it lives: the CPU
-side measured in the same process after an openreg backward was itself about 20 %
-slower, which hid openreg's gap (docs/performance.md). A second row runs the step
+openreg tensors on its device thread, as it does for CUDA; with an OpenMP pool of its
+own (OPENREG_DEVICE_THREAD_OMP=keep; openreg's default gives that thread one OpenMP
+thread) it makes every OpenMP region of the process slower for as long as it lives:
+the CPU side measured in the same process after an openreg backward was itself about
+20 % slower, which hid openreg's gap (docs/performance.md). A second row runs the step
 with autograd's device threads off (the backward on the calling thread, as for CPU
 tensors) to show how much of the gap is that thread.
 """

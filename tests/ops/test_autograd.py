@@ -1,5 +1,6 @@
 """Autograd on openreg: device threads, cross-device graphs, gradcheck."""
 
+import textwrap
 import threading
 
 import pytest
@@ -8,6 +9,7 @@ import torch.nn.functional as F
 from torch.autograd import gradcheck
 
 from tests import target
+from tests._subprocess import run_python
 from tests.target import DEVICE, HW, device
 
 
@@ -65,6 +67,54 @@ class TestAutogradEngine:
         (g,) = torch.autograd.grad(y, x, create_graph=True)
         (gg,) = torch.autograd.grad(g.sum(), x)
         torch.testing.assert_close(gg.cpu(), 6 * x.detach().cpu())
+
+
+# Two training steps; a hook on the product (run by autograd's device
+# thread) records that thread's OpenMP width after the first step's kernels.
+DEVICE_THREAD_WIDTH = textwrap.dedent("""
+    import threading, torch
+    torch.set_num_threads(2)
+    seen = []
+    def step():
+        x = torch.randn(64, 64, device="openreg", requires_grad=True)
+        y = x @ x
+        y.register_hook(lambda g: seen.append(
+            (threading.current_thread() is not threading.main_thread(), torch.get_num_threads())))
+        y.sum().backward()
+    step()
+    step()
+    print("device thread:", seen[-1], "main:", torch.get_num_threads(), flush=True)
+""")
+
+
+@pytest.mark.ops
+@pytest.mark.openreg_only  # openreg runs device kernels on host threads
+class TestDeviceThreadOpenMP:
+    hw_classification = HW.ACCELERATOR
+
+    def test_the_device_thread_runs_kernels_with_one_openmp_thread(self):
+        # A second OpenMP pool on autograd's device thread would throttle
+        # every pool of a 2-core process (docs/performance.md).
+        p = run_python(DEVICE_THREAD_WIDTH, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "device thread: (True, 1) main: 2" in p.stdout, p.stdout
+
+    def test_keep_leaves_the_device_threads_pool(self):
+        p = run_python(DEVICE_THREAD_WIDTH, timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "keep"})
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "device thread: (True, 2) main: 2" in p.stdout, p.stdout
+
+    def test_an_invalid_setting_fails_the_first_kernel_naming_it(self):
+        p = run_python(
+            "import torch\n"
+            "try:\n"
+            "    torch.ones(3, device='openreg') * 2\n"
+            "except RuntimeError as e:\n"
+            "    print('raised:', e)\n",
+            timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "2"})
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "raised: OPENREG_DEVICE_THREAD_OMP must be 'one' (the default) or 'keep', got '2'" \
+            in p.stdout, p.stdout
 
 
 def d64(*shape, requires_grad=True):

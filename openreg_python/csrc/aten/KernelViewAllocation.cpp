@@ -6,10 +6,15 @@
 
 #include "../runtime/OpenRegAllocator.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/flat_hash_map.h>
 
+#include <dlfcn.h>
+#include <pthread.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -105,8 +110,46 @@ void kv_deleter(void* kv) {
   take_kv_allocation(kv);  // the owner frees the block as it goes
 }
 
-// The device whose kernel this thread is running (KernelScope), or -1.
-thread_local int t_kernel_device = -1;
+// The device whose kernel this thread is running (KernelScope), or -1;
+// kThreadUnseen until this thread's first kernel.
+constexpr int kThreadUnseen = -2;
+thread_local int t_kernel_device = kThreadUnseen;
+
+// [docs:device-thread-pool]
+// The first kernel that a thread runs. On autograd's device threads
+// (pt_autograd_<index>: the backward of openreg tensors runs there, as for
+// CUDA) kernels run with one OpenMP thread. GNU OpenMP keeps a pool of
+// workers per thread that opens parallel regions; a device thread's pool
+// beside the main thread's is more pool threads than a 2-core machine has
+// cores, and then libgomp cuts its spin-wait from 300,000 iterations to
+// 1,000 for every pool: each parallel region of the process, on any thread,
+// pays a futex wake-up per worker (docs/performance.md). A GPU's backward
+// uses no host threads; this keeps openreg's from taxing every other CPU
+// operation of the process. OPENREG_DEVICE_THREAD_OMP=keep leaves the pool.
+void first_kernel_of_this_thread() {
+  // (Checked on every thread's first kernel, so a bad value fails at once.)
+  static const bool keep = [] {
+    const char* v = std::getenv("OPENREG_DEVICE_THREAD_OMP");
+    if (!v || !*v || std::strcmp(v, "one") == 0) return false;
+    TORCH_CHECK(std::strcmp(v, "keep") == 0,
+                "OPENREG_DEVICE_THREAD_OMP must be 'one' (the default) or 'keep', got '", v, "'");
+    return true;
+  }();
+  char name[16] = {0};
+  if (keep || pthread_getname_np(pthread_self(), name, sizeof(name)) != 0 ||
+      std::strncmp(name, "pt_autograd_", 12) != 0)
+    return;
+  at::get_num_threads();  // ATen's lazy per-thread set-up first, so it does not undo this
+  // Both are found in torch's libraries at run time (the glue does not link
+  // OpenMP or MKL itself); MKL keeps a thread count of its own. (MKL's C
+  // entry point is MKL_Set_Num_Threads_Local: the lower-case symbols are
+  // its Fortran interface, which takes a pointer.)
+  if (auto set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads")))
+    set(1);
+  if (auto set = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local")))
+    set(1);
+}
+// [docs:device-thread-pool:end]
 }  // namespace
 
 c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes) {
@@ -204,6 +247,10 @@ void install_cpu_allocator_shim() {
 // linker from a shared library.)
 KernelScope::KernelScope(c10::DeviceIndex device) : slot_(&t_kernel_device) {
   prev_ = *slot_;
+  if (C10_UNLIKELY(prev_ == kThreadUnseen)) {
+    prev_ = -1;
+    first_kernel_of_this_thread();
+  }
   *slot_ = device;
 }
 
