@@ -11,6 +11,14 @@ It prints:
   * the cost per kernel of a replay against a launch: a graph of K in-place
     additions on a 16-element tensor replayed, against the same K additions
     launched eagerly, both divided by K.
+  * a forward-only step of tiny operators (the same MLP under no_grad, and
+    its loss), eager against replay: issue 35's target is replay at most
+    0.2x eager.
+  * the cost per replayed node by kind of node (elementwise in place and
+    with an output, a reduction, a copy, a matmul, on 8x32 float tensors):
+    20 nodes per graph, against the same operators launched eagerly on
+    openreg and run on the CPU. Issue 35's target is a replayed tiny
+    elementwise node at most 0.5 us; the floor is the arithmetic itself.
 Each figure is a median over ROUNDS rounds of a median of timed loops, the
 variants interleaved round by round. The machines are noisy: read ratios,
 not absolute times. Nothing is asserted.
@@ -75,6 +83,60 @@ def additions(k):
     return launch, g
 
 
+# Kinds of node: (name, set-up on a device -> the operator call to repeat).
+def _kinds():
+    def inplace(dev):
+        t = torch.ones(8, 32, device=dev)
+        return lambda: t.mul_(1.0001)
+
+    def with_output(dev):
+        a, b = torch.ones(8, 32, device=dev), torch.ones(8, 32, device=dev)
+        return lambda: a * b
+
+    def reduction(dev):
+        a = torch.ones(8, 32, device=dev)
+        return lambda: a.sum()
+
+    def copy(dev):
+        a, b = torch.ones(8, 32, device=dev), torch.empty(8, 32, device=dev)
+        return lambda: b.copy_(a)
+
+    def matmul(dev):
+        a, b = torch.ones(8, 32, device=dev), torch.ones(32, 8, device=dev)
+        return lambda: a @ b
+
+    return [("elementwise in place (mul_)", inplace), ("elementwise, an output (a * b)", with_output),
+            ("reduction (sum)", reduction), ("copy (copy_)", copy), ("matmul (a @ b)", matmul)]
+
+
+def nodes(make, dev, k):
+    """(k eager calls, a graph of the same k calls) of one kind of node."""
+    op = make(dev)
+
+    def launch():
+        for _ in range(k):
+            op()
+    if dev == "cpu":
+        return launch, None
+    launch()  # warm-up (first-call set-up) outside the capture
+    torch.openreg.synchronize()
+    g = torch.openreg.OpenRegGraph()
+    with torch.openreg.graph(g):
+        launch()
+    return launch, g
+
+
+def forward_step(dev):
+    """The MLP's forward and loss under no_grad: tiny operators only."""
+    _, model, _, x, y = mlp_step(dev)
+    loss_fn = torch.nn.MSELoss()
+
+    def step():
+        with torch.no_grad():
+            return loss_fn(model(x), y)
+    return step
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -88,13 +150,30 @@ def main():
     k = 100
     launch, add_graph = additions(k)
 
+    fwd_eager = forward_step(DEV)
+    fwd_graph = captured_step(forward_step(DEV))
+    fwd_cpu = forward_step("cpu")
+    kn = 20
+    kinds = [(name, nodes(make, DEV, kn), nodes(make, "cpu", kn)[0]) for name, make in _kinds()]
+    no_sync = lambda: None  # noqa: E731
+
     eager, replay, cpu, per_launch, per_replayed = [], [], [], [], []
+    f_eager, f_replay, f_cpu = [], [], []
+    by_kind = {name: ([], [], []) for name, _, _ in kinds}  # eager, replayed, cpu (per node)
     for _ in range(rounds):
         eager.append(bench(eager_step, sync, inner, repeats))
         replay.append(bench(replay_step.replay, sync, inner, repeats))
-        cpu.append(bench(cpu_step, lambda: None, inner, repeats))
+        cpu.append(bench(cpu_step, no_sync, inner, repeats))
         per_launch.append(bench(launch, sync, max(1, inner // 5), repeats) / k)
         per_replayed.append(bench(add_graph.replay, sync, max(1, inner // 5), repeats) / k)
+        f_eager.append(bench(fwd_eager, sync, inner, repeats))
+        f_replay.append(bench(fwd_graph.replay, sync, inner, repeats))
+        f_cpu.append(bench(fwd_cpu, no_sync, inner, repeats))
+        for name, (eager_k, graph_k), cpu_k in kinds:
+            e_, r_, c_ = by_kind[name]
+            e_.append(bench(eager_k, sync, inner, repeats) / kn)
+            r_.append(bench(graph_k.replay, sync, inner, repeats) / kn)
+            c_.append(bench(cpu_k, no_sync, inner, repeats) / kn)
     med = statistics.median
     e, r, c = med(eager), med(replay), med(cpu)
     print(f"MLP training step (3x64 hidden, batch 32), medians of {rounds} rounds:")
@@ -105,6 +184,17 @@ def main():
     print(f"per kernel (in-place add on 16 elements, {k} per graph):")
     print(f"  eager launch    {pl * 1e6:9.2f} us")
     print(f"  replayed        {pr * 1e6:9.2f} us   replayed/launch = {pr / pl:.2f}x")
+    fe, fr, fc = med(f_eager), med(f_replay), med(f_cpu)
+    print("forward-only step of tiny operators (the MLP under no_grad, and its loss):")
+    print(f"  eager openreg   {fe * 1e6:9.1f} us")
+    print(f"  replay openreg  {fr * 1e6:9.1f} us   replay/eager = {fr / fe:.2f}x (target <= 0.2x)")
+    print(f"  eager cpu       {fc * 1e6:9.1f} us   (for scale)")
+    print(f"per node by kind (8x32 float32, {kn} nodes per graph; target: a replayed tiny "
+          f"elementwise node <= 0.50 us):")
+    print(f"  {'kind':<34}{'eager':>10}{'replayed':>10}{'cpu':>10}{'replayed/eager':>16}")
+    for name, _, _ in kinds:
+        e_, r_, c_ = (med(v) for v in by_kind[name])
+        print(f"  {name:<34}{e_ * 1e6:>8.2f}us{r_ * 1e6:>8.2f}us{c_ * 1e6:>8.2f}us{r_ / e_:>15.2f}x")
 
 
 if __name__ == "__main__":

@@ -20,3 +20,8 @@ class TestGraphsBenchmarkRuns:
         assert r.returncode == 0, r.stderr
         assert re.search(r"replay/eager = \d+\.\d+x", r.stdout), r.stdout
         assert re.search(r"replayed/launch = \d+\.\d+x", r.stdout), r.stdout
+        assert "forward-only step" in r.stdout, r.stdout
+        # One row per kind of node, each with its three times and ratio.
+        for kind in ("elementwise in place", "reduction", "copy", "matmul"):
+            row = next((line for line in r.stdout.splitlines() if kind in line), None)
+            assert row and re.search(r"(\d+\.\d+us\s*){3}\d+\.\d+x$", row.strip()), r.stdout
