@@ -59,10 +59,13 @@ def install_chromium(timeout=900):
 class Browser:
     """One headless Chromium process with one tab, driven over CDP."""
 
-    def __init__(self, binary, timeout=30.0):
+    def __init__(self, binary, timeout=30.0, start_timeout=120.0):
         if websocket is None:
             raise RuntimeError("websocket-client is not installed: pip install -r requirements-dev.txt")
         self.timeout = timeout
+        # Chromium's first start from a cold disk cache, on a machine that
+        # builds in the background (CI), took more than 30 s once.
+        self.start_timeout = start_timeout
         self.profile = tempfile.mkdtemp(prefix="openreg-chromium-")
         self.log = tempfile.TemporaryFile("w+")  # Chromium's stderr, shown if it fails to start
         self.proc = subprocess.Popen(
@@ -93,7 +96,7 @@ class Browser:
         # With --remote-debugging-port=0 Chromium picks a free port and writes
         # it on the first line of DevToolsActivePort in its profile folder.
         path = os.path.join(self.profile, "DevToolsActivePort")
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 break
@@ -106,7 +109,10 @@ class Browser:
                 pass
             time.sleep(0.1)
         self.log.seek(0)
-        raise RuntimeError("chromium did not start its DevTools server:\n" + self.log.read()[-3000:])
+        state = (f"it exited with {self.proc.returncode}" if self.proc.poll() is not None
+                 else f"still running after {self.start_timeout:.0f} s")
+        raise RuntimeError(f"chromium did not start its DevTools server ({state}):\n"
+                           + self.log.read()[-3000:])
 
     def _page_ws_url(self, port):
         deadline = time.monotonic() + self.timeout

@@ -69,38 +69,37 @@ class TestAutogradEngine:
         torch.testing.assert_close(gg.cpu(), 6 * x.detach().cpu())
 
 
-# Two training steps; a hook on the product (run by autograd's device
-# thread) records that thread's OpenMP width after the first step's kernels.
-DEVICE_THREAD_WIDTH = textwrap.dedent("""
-    import threading, torch
-    torch.set_num_threads(2)
-    seen = []
-    def step():
-        x = torch.randn(64, 64, device="openreg", requires_grad=True)
-        y = x @ x
-        y.register_hook(lambda g: seen.append(
-            (threading.current_thread() is not threading.main_thread(), torch.get_num_threads())))
-        y.sum().backward()
-    step()
-    step()
-    print("device thread:", seen[-1], "main:", torch.get_num_threads(), flush=True)
-""")
-
-
 @pytest.mark.ops
 @pytest.mark.openreg_only  # openreg runs device kernels on host threads
 class TestDeviceThreadOpenMP:
     hw_classification = HW.ACCELERATOR
 
+    # Two training steps; a hook on the product (run by autograd's device
+    # thread) records that thread's OpenMP width after the first step's kernels.
+    CODE = textwrap.dedent("""
+        import threading, torch
+        torch.set_num_threads(2)
+        seen = []
+        def step():
+            x = torch.randn(64, 64, device="openreg", requires_grad=True)
+            y = x @ x
+            y.register_hook(lambda g: seen.append(
+                (threading.current_thread() is not threading.main_thread(), torch.get_num_threads())))
+            y.sum().backward()
+        step()
+        step()
+        print("device thread:", seen[-1], "main:", torch.get_num_threads(), flush=True)
+    """)
+
     def test_the_device_thread_runs_kernels_with_one_openmp_thread(self):
         # A second OpenMP pool on autograd's device thread would throttle
         # every pool of a 2-core process (docs/performance.md).
-        p = run_python(DEVICE_THREAD_WIDTH, timeout=120)
+        p = run_python(self.CODE, timeout=120)
         assert p.returncode == 0, p.stderr[-3000:]
         assert "device thread: (True, 1) main: 2" in p.stdout, p.stdout
 
     def test_keep_leaves_the_device_threads_pool(self):
-        p = run_python(DEVICE_THREAD_WIDTH, timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "keep"})
+        p = run_python(self.CODE, timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "keep"})
         assert p.returncode == 0, p.stderr[-3000:]
         assert "device thread: (True, 2) main: 2" in p.stdout, p.stdout
 
