@@ -122,7 +122,7 @@ thread_local int t_kernel_device = kThreadUnseen;
 // workers per thread that opens parallel regions; a device thread's pool
 // beside the main thread's is more pool threads than a 2-core machine has
 // cores, and then libgomp cuts its spin-wait from 300,000 iterations to
-// 1,000 for every pool: each parallel region of the process, on any thread,
+// 100 for every pool: each parallel region of the process, on any thread,
 // pays a futex wake-up per worker (docs/performance.md). A GPU's backward
 // uses no host threads; this keeps openreg's from taxing every other CPU
 // operation of the process. OPENREG_DEVICE_THREAD_OMP=keep leaves the pool.
