@@ -22,7 +22,10 @@
 #include "scheduler.h"
 #include "memcheck.h"
 
+#include <cstdio>
 #include <cstring>
+
+#include <pthread.h>
 
 namespace openreg {
 
@@ -171,6 +174,11 @@ void finish_claimed(Stream* s) {
 }
 
 void worker_loop(Device* dev) {
+  // "openreg_w<device>": named as a device's thread, for debuggers and for
+  // the glue (which runs this thread's kernels with one OpenMP thread).
+  char name[16];
+  std::snprintf(name, sizeof(name), "openreg_w%d", dev->index);
+  pthread_setname_np(pthread_self(), name);
   std::unique_lock<std::mutex> lk(sched_mu());
   for (;;) {
     // [docs:scheduler-pick]

@@ -103,6 +103,43 @@ class TestDeviceThreadOpenMP:
         assert p.returncode == 0, p.stderr[-3000:]
         assert "device thread: (True, 2) main: 2" in p.stdout, p.stdout
 
+    # A graph replay queued behind an asynchronous copy from pinned memory (as
+    # in the CUDA graphs recipe) runs on the runtime's stream worker
+    # ("openreg_w0"; on an idle stream it runs on the calling thread): an
+    # operator written in Python, after an openreg kernel in the same graph,
+    # records that thread's OpenMP width and name.
+    REPLAY = textwrap.dedent("""
+        import threading, torch
+        torch.set_num_threads(2)
+        seen, names = [], []
+        lib = torch.library.Library("omp_probe", "DEF")
+        lib.define("width(Tensor x) -> Tensor")
+        def width(x):
+            seen.append((threading.current_thread() is not threading.main_thread(),
+                         torch.get_num_threads()))
+            names.append(open(f"/proc/self/task/{threading.get_native_id()}/comm").read().strip())
+            return x.clone()
+        lib.impl("width", width, "PrivateUse1")
+        lib.impl("width", lambda x: torch.empty_like(x), "Meta")
+        x = torch.ones(4, device="openreg")
+        g = torch.accelerator.Graph()
+        with torch.openreg.graph(g):
+            y = torch.ops.omp_probe.width(x * 2)
+        host = torch.ones(1 << 24).pin_memory()
+        big = torch.empty(1 << 24, device="openreg")
+        big.copy_(host, non_blocking=True)   # 64 MiB: the stream is busy for a while
+        g.replay()
+        torch.openreg.synchronize()
+        print("worker:", seen[-1], "main:", torch.get_num_threads(), y.cpu().tolist(), names[-1],
+              flush=True)
+    """)
+
+    def test_the_stream_worker_keeps_the_intra_op_width(self):
+        # (A large replay there needs both cores: docs/performance.md.)
+        p = run_python(self.REPLAY, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "worker: (True, 2) main: 2 [2.0, 2.0, 2.0, 2.0] openreg_w0" in p.stdout, p.stdout
+
     def test_an_invalid_setting_fails_the_first_kernel_naming_it(self):
         p = run_python(
             "import torch\n"

@@ -126,6 +126,9 @@ thread_local int t_kernel_device = kThreadUnseen;
 // pays a futex wake-up per worker (docs/performance.md). A GPU's backward
 // uses no host threads; this keeps openreg's from taxing every other CPU
 // operation of the process. OPENREG_DEVICE_THREAD_OMP=keep leaves the pool.
+// The runtime's stream workers (openreg_w<index>) keep theirs: a graph
+// replay queued behind asynchronous work runs there, and a large one needs
+// both cores (docs/performance.md measures the trade-off).
 void first_kernel_of_this_thread() {
   // (Checked on every thread's first kernel, so a bad value fails at once.)
   static const bool keep = [] {
