@@ -356,6 +356,14 @@ void bind_graphs(py::module& m) {
   m.def("_is_current_stream_capturing", [](int64_t index) {
     return torch_openreg::currentStreamIsCapturing(index_or_current(index));
   });
+  m.def("_graph_prepare_stats", [] {
+    auto s = torch_openreg::graphPrepareStats();
+    py::dict d;
+    d["dispatcher"] = s[0];
+    d["aliases"] = s[1];
+    d["iterator"] = s[2];
+    return d;
+  });
 }
 
 // Memcheck's describer (orMemcheckSetDescriber, docs/memcheck.md): where the

@@ -99,6 +99,50 @@ class TestCaptureReplay:
         torch.testing.assert_close(y.cpu(), ((x_cpu + k) * x_cpu).relu().sqrt() - x_cpu.mean(0),
                                    equal_nan=True)
 
+    @settings(max_examples=25, deadline=None)
+    @given(shape=st.sampled_from([(7,), (3, 5), (4, 1, 6)]),
+           dtype=st.sampled_from([torch.float32, torch.float64, torch.int64]),
+           transposed=st.booleans(), broadcast=st.booleans(),
+           k=st.integers(-3, 3))
+    def test_replays_bit_equal_to_the_cpu(self, shape, dtype, transposed, broadcast, k):
+        """Elementwise operators (in place, with an output, with a Python number,
+        broadcast, on non-contiguous views), reductions, copies and operators with
+        several outputs: every replay equals the CPU's eager results bit for bit,
+        after the inputs change."""
+        def make(cpu, transpose=transposed):
+            a = cpu.to(dtype) if dtype != torch.int64 else (cpu * 10).to(dtype)
+            return a.mT if transpose and a.dim() >= 2 else a
+
+        def work(a, b, acc, dst):
+            r = [a + b, a - b * k, a * b, (a * k).neg(), b.add(a, alpha=2),
+                 a.sum(), a.sum(0), a.amax(-1), torch.where(a > b, a, b), torch.cat([a, a * b])]
+            if dtype != torch.int64:
+                r += [a / (b.abs() + 1), torch.exp(a / 8), a.sigmoid(), a.tanh(), a.relu(),
+                      torch.softmax(a, -1), a.mean(), torch.sort(a, -1)[0]]
+            acc.add_(a).mul_(k).sub_(b)
+            if dtype != torch.int64:
+                acc.div_(2).tanh_()
+            dst.copy_(a)
+            return r + [acc, dst]
+
+        torch.manual_seed(k + 10)
+        a_cpu = make(torch.randn(shape))
+        b_cpu = make(torch.randn(a_cpu.shape[-1:]), False) if broadcast else make(torch.randn(shape))
+        acc_cpu = torch.zeros_like(a_cpu)
+        dst_cpu = torch.empty_like(a_cpu)
+        a, b, acc, dst = (t.to(DEVICE) for t in (a_cpu, b_cpu, acc_cpu, dst_cpu))
+        if transposed and a.dim() >= 2:  # the same non-contiguous layout on the device
+            a, acc, dst = a.mT.contiguous().mT, acc.mT.contiguous().mT, dst.mT.contiguous().mT
+        g, outs = capture(lambda: work(a, b, acc, dst))
+        for _ in range(3):
+            new = make(torch.randn(shape))
+            a.copy_(new)
+            a_cpu.copy_(new)
+            g.replay()
+            want = work(a_cpu, b_cpu, acc_cpu, dst_cpu)
+            for got, w in zip(outs, want):
+                assert got.dtype == w.dtype and torch.equal(got.cpu(), w), (got, w)
+
     @pytest.mark.openreg_only
     def test_keep_graph_instantiate_and_debug_dump(self, tmp_path):
         x = torch.ones(4, device=DEVICE)
@@ -583,6 +627,82 @@ class TestTraining:
         m.register_forward_hook(lambda *a: None)
         with pytest.raises(RuntimeError, match="hooks"):
             torch.openreg.make_graphed_callables(m, (torch.randn(1, 2, device=DEVICE),))
+
+
+@pytest.mark.graphs
+@pytest.mark.openreg_only
+class TestPreparedReplay:
+    """A node's kernel prepared at capture (OPENREG_GRAPH_PREPARE, docs/graphs.md):
+    elementwise iterators and CPU kernels on prepared aliases replay bit-equal
+    to the dispatcher path."""
+    hw_classification = HW.ACCELERATOR
+
+    @staticmethod
+    def stats():
+        import torch_openreg
+        return torch_openreg._C._graph_prepare_stats()
+
+    def captured(self, monkeypatch, mode, work, *inputs):
+        """Capture work(*inputs) with OPENREG_GRAPH_PREPARE=mode; (graph, outputs,
+        how its nodes replay)."""
+        monkeypatch.setenv("OPENREG_GRAPH_PREPARE", mode)
+        before = self.stats()
+        g, out = capture(lambda: work(*inputs))
+        after = self.stats()
+        monkeypatch.delenv("OPENREG_GRAPH_PREPARE")
+        return g, out, {k: after[k] - before[k] for k in after}
+
+    def test_modes_replay_bit_equal(self, monkeypatch):
+        def work(x, w, acc):
+            h = (x @ w).relu()                       # aliases: mm, relu (a copy into the result)
+            y = h * 2 + x[:, :1]                     # iterators: mul.out, add.out (broadcast)
+            acc.mul_(0.5).add_(y.sum(0))             # iterators in place; aliases: sum
+            return y.sigmoid() - y.tanh(), acc.clone()
+
+        torch.manual_seed(0)
+        x0, w0 = torch.randn(16, 8), torch.randn(8, 8)
+        results, kinds = {}, {}
+        for mode in ("0", "aliases", "1"):
+            x, w, acc = x0.to(DEVICE), w0.to(DEVICE), torch.zeros(8, device=DEVICE)
+            g, out, kinds[mode] = self.captured(monkeypatch, mode, work, x, w, acc)
+            got = []
+            for i in range(3):
+                x.copy_(x0 + i)
+                g.replay()
+                got.append([t.cpu() for t in out])
+            results[mode] = got
+        assert kinds["0"]["aliases"] == kinds["0"]["iterator"] == 0
+        assert kinds["aliases"]["aliases"] > 0 and kinds["aliases"]["iterator"] == 0
+        assert kinds["1"]["iterator"] >= 5 and kinds["1"]["aliases"] > 0
+        for mode in ("aliases", "1"):
+            for got, want in zip(results[mode], results["0"]):
+                assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+    def test_what_is_not_prepared_keeps_the_dispatcher_path(self, monkeypatch):
+        x = torch.ones(8, device=DEVICE)
+        i = torch.ones(8, dtype=torch.int32, device=DEVICE)
+        cpu_scalar = torch.tensor(2.0)              # a caller's CPU tensor, read at every replay
+        h = torch.ones(8, dtype=torch.bfloat16, device=DEVICE)
+        g, out, kinds = self.captured(
+            monkeypatch, "1",
+            lambda: (x + i, x * cpu_scalar, h * 3, torch.nn.functional.dropout(x, 0.5)))
+        assert kinds["iterator"] == 0               # a cast, a CPU tensor, bfloat16, random
+        cpu_scalar.fill_(5.0)
+        g.replay()
+        assert torch.equal(out[0].cpu(), torch.full((8,), 2.0))
+        assert torch.equal(out[1].cpu(), torch.full((8,), 5.0))
+        assert torch.equal(out[2].cpu(), torch.full((8,), 3.0, dtype=torch.bfloat16))
+
+    def test_bad_setting_names_the_variable(self, monkeypatch):
+        x = torch.ones(4, device=DEVICE)
+        monkeypatch.setenv("OPENREG_GRAPH_PREPARE", "yes")
+        g = torch.accelerator.Graph()
+        with pytest.raises(RuntimeError, match="OPENREG_GRAPH_PREPARE must be '1'.*got 'yes'"):
+            with torch.openreg.graph(g):
+                x.mul_(2)
+        monkeypatch.delenv("OPENREG_GRAPH_PREPARE")
+        torch.openreg.synchronize()
+        assert torch.equal(x.cpu(), torch.ones(4))
 
 
 @pytest.mark.graphs

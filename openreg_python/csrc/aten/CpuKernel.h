@@ -326,6 +326,10 @@ struct CpuKernel<Fn, Name> {
   }
 };
 
+// Graph.h's: a graph node of SCHEMA may call the CPU kernel on aliases
+// made at capture (GraphPrepared.cpp).
+void note_cpu_kernel_op(const char* schema_name);
+
 }  // namespace torch_openreg
 
 // Register at::cpu::FN for PrivateUse1 under SCHEMA (an "aten::" overload
@@ -334,4 +338,5 @@ struct CpuKernel<Fn, Name> {
   do {                                                                     \
     static constexpr char openreg_kernel_name[] = SCHEMA;                  \
     m.impl(SCHEMA, TORCH_FN((::torch_openreg::CpuKernel<FN, openreg_kernel_name>::call))); \
+    ::torch_openreg::note_cpu_kernel_op(SCHEMA);                          \
   } while (0)

@@ -354,6 +354,7 @@ void register_structured_kernels() {
       if (!name.overload_name.empty()) full += "." + name.overload_name;
       lib->impl(full.c_str(),
                 torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<false>>());
+      note_cpu_kernel_op(name);  // a graph node of it may call the CPU kernel (GraphPrepared.cpp)
 
     }
   });

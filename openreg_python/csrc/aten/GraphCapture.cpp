@@ -343,6 +343,7 @@ std::unique_ptr<Node> make_node(const Call& c, const Results& r, bool* through_o
   auto out = r.fresh_undefined ? std::nullopt : out_variant(c.op);
   *through_out = out.has_value();
   auto node = std::make_unique<Node>(out ? *out : c.op);
+  node->device = c.device;
   for (size_t i = 0; i < c.n(); ++i) node->args.push_back(map_tensors(c.arg(i), borrow));
   for (const at::Tensor& t : r.fresh) {
     if (out) node->args.emplace_back(borrow(t));
@@ -401,6 +402,7 @@ void record(const Call& c) {
   bool through_out = false;
   std::unique_ptr<Node> node = make_node(c, r, &through_out);
   reserve_random(c, r, *node);
+  node->prepared = prepare_node(*node, c.op);  // (random nodes are not prepared)
   record_accesses(c.capture_id, *node, through_out, r.fresh);
   Node* raw = node.release();
   orError_t err = orLaunchKernelOwned(c.stream, &run_node, raw, &delete_node,

@@ -36,6 +36,13 @@ constexpr c10::DispatchKey kCaptureKey = c10::DispatchKey::CustomRNGKeyId;
 extern std::atomic<int> g_graph_captures;
 
 // ---------------------------------------------------------------- nodes (GraphNode.cpp)
+// A node's kernel prepared at capture (GraphPrepared.cpp): what is left of
+// the operator once its host-side set-up is done, run by the replay.
+struct PreparedNode {
+  virtual ~PreparedNode() = default;
+  virtual void run() = 0;
+};
+
 // One recorded operator: what its replay calls.
 struct Node {
   explicit Node(c10::OperatorHandle o) : op(std::move(o)) {}
@@ -43,6 +50,8 @@ struct Node {
   std::vector<c10::IValue> args;       // openreg tensors borrow the captured memory
   std::vector<at::Tensor> copy_into;   // no out= variant: the results are copied here
   std::unique_ptr<PinnedPhilox> rng;   // random operators
+  c10::DeviceIndex device = -1;
+  std::unique_ptr<PreparedNode> prepared;  // set when the capture could prepare it
 };
 
 // The node's kernel (its replay) and its deleter, for orLaunchKernelOwned.
@@ -60,5 +69,17 @@ std::optional<c10::OperatorHandle> out_variant(const c10::OperatorHandle& op);
 void record_accesses(unsigned long long capture_id, const Node& node, bool out_variant,
                      const std::vector<at::Tensor>& fresh);
 std::vector<SanitizerAccess> take_accesses(unsigned long long capture_id);
+
+// Copies a call's fresh results (those not aliasing a written argument),
+// in order, from `stack` (after the call) into `into` with `copy`.
+void copy_fresh_results(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                        const std::vector<at::Tensor>& into,
+                        void (*copy)(const at::Tensor& dst, const at::Tensor& src));
+
+// ---------------------------------------------------------------- prepared nodes (GraphPrepared.cpp)
+// The node's kernel with its set-up done now, or null when the node keeps
+// the dispatcher path (OPENREG_GRAPH_PREPARE, docs/graphs.md).
+// `called`: the operator the capture saw (node.op may be its out= variant).
+std::unique_ptr<PreparedNode> prepare_node(const Node& node, const c10::OperatorHandle& called);
 
 }  // namespace torch_openreg

@@ -28,25 +28,18 @@ orError_t run_node(void* p) {
   orError_t result = orSuccess;
   try {
     c10::impl::ExcludeDispatchKeyGuard no_capture(kCaptureKey);
-    torch::jit::Stack stack(n->args);
-    n->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
-    if (!n->copy_into.empty()) {
-      size_t k = 0;
-      auto copy = [&](const at::Tensor& r) {
-        if (!r.defined()) return;
-        TORCH_INTERNAL_ASSERT(k < n->copy_into.size());
-        n->copy_into[k++].copy_(r);
-      };
-      // The results the capture allocated, in order: not those that are
-      // arguments the operator writes (returned as they are).
-      const auto& rets = n->op.schema().returns();
-      for (size_t j = 0; j < rets.size() && j < stack.size(); ++j) {
-        if (rets[j].alias_info() && rets[j].alias_info()->isWrite()) continue;
-        const c10::IValue& v = stack[stack.size() - rets.size() + j];
-        if (v.isTensor()) copy(v.toTensor());
-        else if (v.isTensorList())
-          for (const at::Tensor& t : v.toTensorList()) copy(t);
-      }
+    if (n->prepared) {
+      // Prepared at capture (GraphPrepared.cpp): the kernel alone.
+      KernelScope scope(n->device);
+      n->prepared->run();
+    } else {
+      torch::jit::Stack stack(n->args);
+      n->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
+      if (!n->copy_into.empty())
+        copy_fresh_results(n->op.schema(), stack, n->copy_into,
+                           [](const at::Tensor& dst, const at::Tensor& src) {
+                             const_cast<at::Tensor&>(dst).copy_(src);
+                           });
     }
   } catch (const std::exception& e) {
     // An asynchronous error, as a failing CUDA kernel: reported by the next
@@ -60,6 +53,27 @@ orError_t run_node(void* p) {
 }
 
 void delete_node(void* p) { delete static_cast<Node*>(p); }
+
+void copy_fresh_results(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                        const std::vector<at::Tensor>& into,
+                        void (*copy)(const at::Tensor& dst, const at::Tensor& src)) {
+  size_t k = 0;
+  auto one = [&](const at::Tensor& r) {
+    if (!r.defined()) return;
+    TORCH_INTERNAL_ASSERT(k < into.size());
+    copy(into[k++], r);
+  };
+  // The results the capture allocated, in order: not those that are
+  // arguments the operator writes (returned as they are).
+  const auto& rets = schema.returns();
+  for (size_t j = 0; j < rets.size() && j < stack.size(); ++j) {
+    if (rets[j].alias_info() && rets[j].alias_info()->isWrite()) continue;
+    const c10::IValue& v = stack[stack.size() - rets.size() + j];
+    if (v.isTensor()) one(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList()) one(t);
+  }
+}
 
 std::optional<c10::OperatorHandle> out_variant(const c10::OperatorHandle& op) {
   static std::mutex mu;

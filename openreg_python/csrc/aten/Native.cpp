@@ -18,6 +18,7 @@
     static constexpr std::type_identity_t<__VA_ARGS__> openreg_fn = &FN;    \
     static constexpr char openreg_kernel_name[] = SCHEMA;                   \
     m.impl(SCHEMA, TORCH_FN((::torch_openreg::CpuKernel<openreg_fn, openreg_kernel_name>::call))); \
+    ::torch_openreg::note_cpu_kernel_op(SCHEMA);                           \
   } while (0)
 
 namespace torch_openreg {
