@@ -12,12 +12,15 @@ It prints:
     additions on a 16-element tensor replayed, against the same K additions
     launched eagerly, both divided by K.
   * a forward-only step of tiny operators (the same MLP under no_grad, and
-    its loss), eager against replay: issue 35's target is replay at most
-    0.2x eager.
+    its loss), eager against replay (and against a replay without prepared
+    nodes, OPENREG_GRAPH_PREPARE=0): issue 35's target is replay at most
+    0.2x eager. Beside it, where a replay's time goes: the share of its
+    nodes' kernels (ATen's CPU kernels: the arithmetic and their own set-up)
+    in the graph launch, from the runtime's trace.
   * the cost per replayed node by kind of node (elementwise in place and
     with an output, a reduction, a copy, a matmul, on 8x32 float tensors):
     20 nodes per graph, against the same operators launched eagerly on
-    openreg and run on the CPU. Issue 35's target is a replayed tiny
+    openreg and run on the CPU, and replayed without prepared nodes. Issue 35's target is a replayed tiny
     elementwise node at most 0.5 us; the floor is the arithmetic itself.
 Each figure is a median over ROUNDS rounds of a median of timed loops, the
 variants interleaved round by round. The machines are noisy: read ratios,
@@ -25,6 +28,8 @@ not absolute times. Nothing is asserted.
 """
 
 import argparse
+import contextlib
+import os
 import statistics
 
 import torch
@@ -53,6 +58,45 @@ def mlp_step(dev, batch=32, width=64, depth=3):
         opt.step()
 
     return step, model, opt, x, y
+
+
+@contextlib.contextmanager
+def prepare(mode):
+    """Captures inside prepare nodes as OPENREG_GRAPH_PREPARE=mode says
+    (docs/graphs.md: "1", the default, or "0", every node through the
+    dispatcher)."""
+    old = os.environ.get("OPENREG_GRAPH_PREPARE")
+    os.environ["OPENREG_GRAPH_PREPARE"] = mode
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["OPENREG_GRAPH_PREPARE"]
+        else:
+            os.environ["OPENREG_GRAPH_PREPARE"] = old
+
+
+def replay_breakdown(g, n):
+    """Where a replay's time goes, from the runtime's trace of n replays
+    (the profiler's PrivateUse1 activity): (time of the graph launch, time in
+    its nodes' kernels, {node name: kernel time}), per replay. The profiler
+    slows both alike; read the shares."""
+    from torch.profiler import ProfilerActivity, profile
+    g.replay()
+    torch.openreg.synchronize()
+    with profile(activities=[ProfilerActivity.PrivateUse1]) as prof:
+        for _ in range(n):
+            g.replay()
+        torch.openreg.synchronize()
+    launch, by_node = 0.0, {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.PrivateUse1:
+            continue
+        if e.name == "orGraphLaunch":
+            launch += e.device_time
+        else:
+            by_node[e.name] = by_node.get(e.name, 0.0) + e.device_time
+    return launch / n, sum(by_node.values()) / n, {k: v / n for k, v in by_node.items()}
 
 
 def captured_step(step):
@@ -110,20 +154,24 @@ def _kinds():
 
 
 def nodes(make, dev, k):
-    """(k eager calls, a graph of the same k calls) of one kind of node."""
+    """(k eager calls, a graph of the same k calls, the same graph without
+    prepared nodes) of one kind of node."""
     op = make(dev)
 
     def launch():
         for _ in range(k):
             op()
     if dev == "cpu":
-        return launch, None
+        return launch, None, None
     launch()  # warm-up (first-call set-up) outside the capture
     torch.openreg.synchronize()
-    g = torch.openreg.OpenRegGraph()
-    with torch.openreg.graph(g):
-        launch()
-    return launch, g
+    graphs = []
+    for mode in ("1", "0"):
+        g = torch.openreg.OpenRegGraph()
+        with prepare(mode), torch.openreg.graph(g):
+            launch()
+        graphs.append(g)
+    return launch, graphs[0], graphs[1]
 
 
 def forward_step(dev):
@@ -152,14 +200,16 @@ def main():
 
     fwd_eager = forward_step(DEV)
     fwd_graph = captured_step(forward_step(DEV))
+    with prepare("0"):
+        fwd_graph0 = captured_step(forward_step(DEV))
     fwd_cpu = forward_step("cpu")
     kn = 20
     kinds = [(name, nodes(make, DEV, kn), nodes(make, "cpu", kn)[0]) for name, make in _kinds()]
     no_sync = lambda: None  # noqa: E731
 
     eager, replay, cpu, per_launch, per_replayed = [], [], [], [], []
-    f_eager, f_replay, f_cpu = [], [], []
-    by_kind = {name: ([], [], []) for name, _, _ in kinds}  # eager, replayed, cpu (per node)
+    f_eager, f_replay, f_replay0, f_cpu = [], [], [], []
+    by_kind = {name: ([], [], [], []) for name, _, _ in kinds}  # eager, replayed, dispatcher, cpu
     for _ in range(rounds):
         eager.append(bench(eager_step, sync, inner, repeats))
         replay.append(bench(replay_step.replay, sync, inner, repeats))
@@ -168,11 +218,13 @@ def main():
         per_replayed.append(bench(add_graph.replay, sync, max(1, inner // 5), repeats) / k)
         f_eager.append(bench(fwd_eager, sync, inner, repeats))
         f_replay.append(bench(fwd_graph.replay, sync, inner, repeats))
+        f_replay0.append(bench(fwd_graph0.replay, sync, inner, repeats))
         f_cpu.append(bench(fwd_cpu, no_sync, inner, repeats))
-        for name, (eager_k, graph_k), cpu_k in kinds:
-            e_, r_, c_ = by_kind[name]
+        for name, (eager_k, graph_k, graph0_k), cpu_k in kinds:
+            e_, r_, r0_, c_ = by_kind[name]
             e_.append(bench(eager_k, sync, inner, repeats) / kn)
             r_.append(bench(graph_k.replay, sync, inner, repeats) / kn)
+            r0_.append(bench(graph0_k.replay, sync, inner, repeats) / kn)
             c_.append(bench(cpu_k, no_sync, inner, repeats) / kn)
     med = statistics.median
     e, r, c = med(eager), med(replay), med(cpu)
@@ -184,17 +236,24 @@ def main():
     print(f"per kernel (in-place add on 16 elements, {k} per graph):")
     print(f"  eager launch    {pl * 1e6:9.2f} us")
     print(f"  replayed        {pr * 1e6:9.2f} us   replayed/launch = {pr / pl:.2f}x")
-    fe, fr, fc = med(f_eager), med(f_replay), med(f_cpu)
+    fe, fr, fr0, fc = (med(v) for v in (f_eager, f_replay, f_replay0, f_cpu))
+    launch_us, kernels_us, by_node = replay_breakdown(fwd_graph, 20 if args.quick else 200)
     print("forward-only step of tiny operators (the MLP under no_grad, and its loss):")
     print(f"  eager openreg   {fe * 1e6:9.1f} us")
     print(f"  replay openreg  {fr * 1e6:9.1f} us   replay/eager = {fr / fe:.2f}x (target <= 0.2x)")
+    print(f"  replay, no prepared nodes {fr0 * 1e6:9.1f} us   replay/eager = {fr0 / fe:.2f}x")
     print(f"  eager cpu       {fc * 1e6:9.1f} us   (for scale)")
+    top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_node.items(), key=lambda kv: -kv[1]))
+    print(f"  where a replay goes (runtime trace, profiled): its nodes' kernels "
+          f"{kernels_us / launch_us:.0%} of the launch ({top} us)")
     print(f"per node by kind (8x32 float32, {kn} nodes per graph; target: a replayed tiny "
-          f"elementwise node <= 0.50 us):")
-    print(f"  {'kind':<34}{'eager':>10}{'replayed':>10}{'cpu':>10}{'replayed/eager':>16}")
+          f"elementwise node <= 0.50 us; 'dispatcher': replayed without prepared nodes):")
+    print(f"  {'kind':<34}{'eager':>10}{'dispatcher':>12}{'replayed':>10}{'cpu':>10}"
+          f"{'replayed/eager':>16}")
     for name, _, _ in kinds:
-        e_, r_, c_ = (med(v) for v in by_kind[name])
-        print(f"  {name:<34}{e_ * 1e6:>8.2f}us{r_ * 1e6:>8.2f}us{c_ * 1e6:>8.2f}us{r_ / e_:>15.2f}x")
+        e_, r_, r0_, c_ = (med(v) for v in by_kind[name])
+        print(f"  {name:<34}{e_ * 1e6:>8.2f}us{r0_ * 1e6:>10.2f}us{r_ * 1e6:>8.2f}us"
+              f"{c_ * 1e6:>8.2f}us{r_ / e_:>15.2f}x")
 
 
 if __name__ == "__main__":

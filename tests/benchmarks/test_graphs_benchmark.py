@@ -21,6 +21,8 @@ class TestGraphsBenchmarkRuns:
         assert re.search(r"replay/eager = \d+\.\d+x", r.stdout), r.stdout
         assert re.search(r"replayed/launch = \d+\.\d+x", r.stdout), r.stdout
         assert "forward-only step" in r.stdout, r.stdout
+        assert re.search(r"replay, no prepared nodes\s+\d+\.\d+ us", r.stdout), r.stdout
+        assert re.search(r"its nodes' kernels \d+% of the launch \(aten::", r.stdout), r.stdout
         # One row per kind of node, each with its three times and ratio.
         for kind in ("elementwise in place", "reduction", "copy", "matmul"):
             row = next((line for line in r.stdout.splitlines() if kind in line), None)
