@@ -162,6 +162,27 @@ def memcpy_bandwidth(nbytes=64 * MiB, repeat=9):
     return nbytes / statistics.median(times) / 1e9
 
 
+def _copy_on_a_core(nbytes, repeat, start, results):
+    start.wait()
+    results.put(memcpy_bandwidth(nbytes, repeat))
+
+
+def memcpy_bandwidth_cores(ncores, nbytes=64 * MiB, repeat=9):
+    """Each core's memcpy bandwidth in GB/s while `ncores` processes copy at
+    once (as the ranks of a collective do): their median."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    start, results = ctx.Barrier(ncores), ctx.Queue()
+    procs = [ctx.Process(target=_copy_on_a_core, args=(nbytes, repeat, start, results))
+             for _ in range(ncores)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return statistics.median(got)
+
+
 def median_rows(runs):
     """Per (op, size, backend): the median time and bus bandwidth over runs
     (a busy machine's runs differ far more than a run's iterations)."""
@@ -211,12 +232,21 @@ def main():
                 memcpy.append(memcpy_bandwidth())
             rows = median_rows(runs)
             bound = statistics.median(memcpy)
+            together = memcpy_bandwidth_cores(min(n, os.cpu_count() or 1))
             for r in rows:
                 r["memcpy"] = bound
             all_rows[(n, variant)] = rows
             where = f" over {args.nodes} nodes" if args.nodes > 1 else ""
             print(f"\n{n} ranks{where}, occl {variant}{' (quick)' if args.quick else ''}; "
-                  f"one core's memcpy: {bound:.2f} GB/s")
+                  f"one core's memcpy: {bound:.2f} GB/s; with {min(n, os.cpu_count() or 1)} "
+                  f"copying at once: {together:.2f} GB/s each ({together / bound:.2f} of one alone)")
+            if n == 2:
+                # Zero-copy all-reduce on 2 ranks: each rank reads 1.5 and writes
+                # 1 byte per byte of the message (its share reduced from both
+                # inputs, then the peer's share gathered), against 1 and 1 for a
+                # memcpy; its bus bandwidth equals its algorithm bandwidth.
+                print(f"all-reduce's bound from memory traffic (2.5 bytes moved per byte, "
+                      f"memcpy 2; both ranks copying): {0.8 * together / bound:.2f} of memcpy")
             print(f"{'op':<15}{'size':>9}{'occl us':>11}{'gloo us':>11}{'occl busbw':>12}"
                   f"{'gloo busbw':>12}{'ratio':>8}{'of memcpy':>11}")
             by = {(r["op"], r["bytes"], r["backend"]): r for r in rows}
@@ -230,7 +260,8 @@ def main():
                       flush=True)
     print("\nratio = gloo time / occl time (above 1: occl is faster); gloo is measured in the "
           "same run as each occl variant. of memcpy = occl's bus bandwidth / one core's "
-          "memcpy bandwidth (the limit a rank can reach)")
+          "memcpy bandwidth alone (the issue's yardstick; with every rank copying at once each "
+          "gets less, and the traffic of the algorithm sets the bound it can reach)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({f"{n} {v}": rows for (n, v), rows in all_rows.items()}, f, indent=1)

@@ -1,6 +1,8 @@
 """benchmarks/collectives.py keeps working in its quick mode (figures are not
 asserted)."""
 
+import re
+
 import pytest
 
 from tests.benchmarks._helpers import run_benchmark
@@ -26,3 +28,8 @@ class TestCollectivesBenchmarkRuns:
         assert bound > 0
         rows = [line.split() for line in r.stdout.splitlines() if " MiB " in f" {line} "]
         assert rows and all(float(row[-1]) > 0 for row in rows), r.stdout
+        # Each core's bandwidth while both copy, and all-reduce's bound from it.
+        assert re.search(r"with 2 copying at once: \d+\.\d+ GB/s each \(\d+\.\d+ of one alone\)",
+                         r.stdout), r.stdout
+        assert re.search(r"all-reduce's bound from memory traffic .*: \d+\.\d+ of memcpy",
+                         r.stdout), r.stdout
