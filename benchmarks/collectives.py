@@ -241,12 +241,21 @@ def main():
                   f"one core's memcpy: {bound:.2f} GB/s; with {min(n, os.cpu_count() or 1)} "
                   f"copying at once: {together:.2f} GB/s each ({together / bound:.2f} of one alone)")
             if n == 2:
-                # Zero-copy all-reduce on 2 ranks: each rank reads 1.5 and writes
-                # 1 byte per byte of the message (its share reduced from both
-                # inputs, then the peer's share gathered), against 1 and 1 for a
-                # memcpy; its bus bandwidth equals its algorithm bandwidth.
-                print(f"all-reduce's bound from memory traffic (2.5 bytes moved per byte, "
-                      f"memcpy 2; both ranks copying): {0.8 * together / bound:.2f} of memcpy")
+                # The bounds that the ranks' memory traffic sets on 2 ranks, as
+                # fractions of one core's memcpy alone: each core copies at its
+                # bandwidth while both copy, and an operation whose rank must
+                # move as much as a memcpy of k bytes per byte of bus traffic
+                # reaches 1/k of it. all-gather out of place copies its own
+                # half too (a memcpy of S for S/2 on the bus): 0.5.
+                # reduce-scatter reads both inputs of its share and writes it
+                # (1.5 memcpy per byte): 0.67. all-reduce reduces its half
+                # (reads S, writes S/2) and gathers the other (S/2 each way):
+                # 1.25 per byte, 0.8; its 2 MiB chunks are read back while
+                # still in the cache, so it can pass this bound.
+                print("bounds from the ranks' memory traffic, of memcpy: "
+                      + ", ".join(f"{op} {f * together / bound:.2f}" for op, f in
+                                  (("allgather", 0.5), ("reduce_scatter", 2 / 3),
+                                   ("allreduce", 0.8))))
             print(f"{'op':<15}{'size':>9}{'occl us':>11}{'gloo us':>11}{'occl busbw':>12}"
                   f"{'gloo busbw':>12}{'ratio':>8}{'of memcpy':>11}")
             by = {(r["op"], r["bytes"], r["backend"]): r for r in rows}

@@ -31,5 +31,5 @@ class TestCollectivesBenchmarkRuns:
         # Each core's bandwidth while both copy, and all-reduce's bound from it.
         assert re.search(r"with 2 copying at once: \d+\.\d+ GB/s each \(\d+\.\d+ of one alone\)",
                          r.stdout), r.stdout
-        assert re.search(r"all-reduce's bound from memory traffic .*: \d+\.\d+ of memcpy",
-                         r.stdout), r.stdout
+        assert re.search(r"bounds from the ranks' memory traffic, of memcpy: allgather \d+\.\d+, "
+                         r"reduce_scatter \d+\.\d+, allreduce \d+\.\d+", r.stdout), r.stdout
