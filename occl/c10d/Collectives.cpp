@@ -10,17 +10,36 @@
 #include "runtime/OpenRegFunctions.h"
 
 namespace torch_openreg {
+namespace {
+
+// The start of the entry points that take one tensor in place (all-reduce,
+// broadcast, reduce, recv): the tensor, checked; a dense buffer liboccl runs
+// on (the tensor itself when it is dense); and, if the buffer is a copy, the
+// copy back into the tensor when the operation completes (`copy_back`
+// false: nothing to copy, as on a reduce's non-root ranks).
+struct InPlace {
+  at::Tensor t, buf;
+  occlDataType_t dt;
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;
+};
+
+InPlace in_place(std::vector<at::Tensor>& tensors, const char* what, bool copy_back = true) {
+  TORCH_CHECK(tensors.size() == 1, "OCCL: one tensor per process");
+  InPlace p;
+  p.t = tensors[0];
+  check_tensor(p.t, what);
+  p.dt = occl_type(p.t.scalar_type());
+  p.buf = dense(p.t);
+  if (copy_back && !p.buf.is_same(p.t)) p.back.emplace_back(p.t, p.buf);
+  return p;
+}
+
+}  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
-  TORCH_CHECK(tensors.size() == 1, "OCCL: one tensor per process");
-  at::Tensor t = tensors[0];
-  check_tensor(t, "allreduce tensor");
-  const auto dt = occl_type(t.scalar_type());
+  auto [t, buf, dt, back] = in_place(tensors, "allreduce tensor");
   const auto op = occl_op(opts.reduceOp, t.scalar_type());
-  at::Tensor buf = dense(t);
-  std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  if (!buf.is_same(t)) back.emplace_back(t, buf);
   return run(c10d::OpType::ALLREDUCE, "allreduce", t.device(), {t}, {buf},
              [&](occlComm_t c, orStream_t s) {
                return occlAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op, c, s);
@@ -51,13 +70,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::coalesce(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::broadcast(std::vector<at::Tensor>& tensors,
                                                            const c10d::BroadcastOptions& opts) {
-  TORCH_CHECK(tensors.size() == 1, "OCCL: one tensor per process");
-  at::Tensor t = tensors[0];
-  check_tensor(t, "broadcast tensor");
-  const auto dt = occl_type(t.scalar_type());
-  at::Tensor buf = dense(t);
-  std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  if (!buf.is_same(t)) back.emplace_back(t, buf);
+  auto [t, buf, dt, back] = in_place(tensors, "broadcast tensor");
   const int root = int(opts.rootRank);
   return run(c10d::OpType::BROADCAST, "broadcast", t.device(), {t}, {buf},
              [&](occlComm_t c, orStream_t s) {
@@ -67,15 +80,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::broadcast(std::vector<at::Tenso
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::reduce(std::vector<at::Tensor>& tensors,
                                                         const c10d::ReduceOptions& opts) {
-  TORCH_CHECK(tensors.size() == 1, "OCCL: one tensor per process");
-  at::Tensor t = tensors[0];
-  check_tensor(t, "reduce tensor");
-  const auto dt = occl_type(t.scalar_type());
-  const auto op = occl_op(opts.reduceOp, t.scalar_type());
-  at::Tensor buf = dense(t);
-  std::vector<std::pair<at::Tensor, at::Tensor>> back;
   const int root = int(opts.rootRank);
-  if (!buf.is_same(t) && getRank() == root) back.emplace_back(t, buf);
+  // Only the root's tensor receives the result.
+  auto [t, buf, dt, back] = in_place(tensors, "reduce tensor", getRank() == root);
+  const auto op = occl_op(opts.reduceOp, t.scalar_type());
   return run(c10d::OpType::REDUCE, "reduce", t.device(), {t}, {buf},
              [&](occlComm_t c, orStream_t s) {
                return occlReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op, root, c, s);
@@ -335,13 +343,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::send(std::vector<at::Tensor>& t
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::recv(std::vector<at::Tensor>& tensors, int src,
                                                       int tag) {
-  TORCH_CHECK(tensors.size() == 1, "OCCL: one tensor per process");
-  at::Tensor t = tensors[0];
-  check_tensor(t, "recv tensor");
-  at::Tensor buf = dense(t);
-  std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  if (!buf.is_same(t)) back.emplace_back(t, buf);
-  const auto dt = occl_type(t.scalar_type());
+  auto [t, buf, dt, back] = in_place(tensors, "recv tensor");
   auto work = run(c10d::OpType::RECV, "recv", t.device(), {t}, {buf},
                   [&](occlComm_t c, orStream_t s) {
                     return occlRecv(buf.data_ptr(), buf.numel(), dt, src, tag, nullptr, c, s);
@@ -352,13 +354,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::recv(std::vector<at::Tensor>& t
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupOCCL::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                int tag) {
-  TORCH_CHECK(tensors.size() == 1, "OCCL: one tensor per process");
-  at::Tensor t = tensors[0];
-  check_tensor(t, "recv tensor");
-  at::Tensor buf = dense(t);
-  std::vector<std::pair<at::Tensor, at::Tensor>> back;
-  if (!buf.is_same(t)) back.emplace_back(t, buf);
-  const auto dt = occl_type(t.scalar_type());
+  auto [t, buf, dt, back] = in_place(tensors, "recv tensor");
   auto source = std::make_shared<int>(-1);
   auto work = run(c10d::OpType::RECVANYSOURCE, "recv_anysource", t.device(), {t}, {buf},
                   [&](occlComm_t c, orStream_t s) {
