@@ -56,25 +56,6 @@ std::atomic<int> g_graph_captures{0};
 namespace {
 
 // ---------------------------------------------------------------- tensors of a call
-// openreg tensors rebuilt with the same geometry over other storages, one
-// new storage per original one (so tensors that share a storage still share
-// one, and overlap checks see it).
-struct StorageRemap {
-  c10::Storage (*make_storage)(const at::Tensor& t);
-  at::Tensor (*make_tensor)(const c10::Storage& st, const at::Tensor& t);
-  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> storages{};
-
-  at::Tensor operator()(const at::Tensor& t) {
-    if (!is_openreg(t)) return t;
-    c10::Storage& st = storages[t.storage().unsafeGetStorageImpl()];
-    if (!st) st = make_storage(t);
-    at::Tensor r = make_tensor(st, t);
-    r.unsafeGetTensorImpl()->_set_conj(t.is_conj());
-    r.unsafeGetTensorImpl()->_set_neg(t.is_neg());
-    return r;
-  }
-};
-
 // Meta tensors with the geometry of openreg ones (the results' shapes).
 StorageRemap to_meta() {
   return {[](const at::Tensor& t) {

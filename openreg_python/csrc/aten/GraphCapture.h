@@ -9,6 +9,7 @@
 // replay runs them (run_node) in order.
 #pragma once
 
+#include "KernelView.h"
 #include "Sanitizer.h"
 
 #include "../runtime/OpenRegGenerator.h"
@@ -16,10 +17,12 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/DispatchKey.h>
+#include <c10/util/flat_hash_map.h>
 
 #include <openreg.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +37,28 @@ constexpr c10::DispatchKey kCaptureKey = c10::DispatchKey::CustomRNGKeyId;
 
 // openreg captures running in the process (the fallback's fast exit).
 extern std::atomic<int> g_graph_captures;
+
+// ---------------------------------------------------------------- tensors of a call
+// openreg tensors rebuilt with the same geometry over other storages, one
+// new storage per original one (so tensors that share a storage still share
+// one, and overlap checks see it). Its makers: the capture's meta tensors
+// (the results' shapes) and borrowed tensors (what a node replays on), in
+// GraphCapture.cpp, and a prepared node's CPU aliases (GraphPrepared.cpp).
+struct StorageRemap {
+  std::function<c10::Storage(const at::Tensor& t)> make_storage;
+  std::function<at::Tensor(const c10::Storage& st, const at::Tensor& t)> make_tensor;
+  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> storages{};
+
+  at::Tensor operator()(const at::Tensor& t) {
+    if (!is_openreg(t)) return t;
+    c10::Storage& st = storages[t.storage().unsafeGetStorageImpl()];
+    if (!st) st = make_storage(t);
+    at::Tensor r = make_tensor(st, t);
+    r.unsafeGetTensorImpl()->_set_conj(t.is_conj());
+    r.unsafeGetTensorImpl()->_set_neg(t.is_neg());
+    return r;
+  }
+};
 
 // ---------------------------------------------------------------- nodes (GraphNode.cpp)
 // A node's kernel prepared at capture (GraphPrepared.cpp): what is left of
@@ -71,10 +96,9 @@ void record_accesses(unsigned long long capture_id, const Node& node, bool out_v
 std::vector<SanitizerAccess> take_accesses(unsigned long long capture_id);
 
 // Copies a call's fresh results (those not aliasing a written argument),
-// in order, from `stack` (after the call) into `into` with `copy`.
+// in order, from `stack` (after the call) into `into`.
 void copy_fresh_results(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
-                        const std::vector<at::Tensor>& into,
-                        void (*copy)(const at::Tensor& dst, const at::Tensor& src));
+                        const std::vector<at::Tensor>& into);
 
 // ---------------------------------------------------------------- prepared nodes (GraphPrepared.cpp)
 // The node's kernel with its set-up done now, or null when the node keeps

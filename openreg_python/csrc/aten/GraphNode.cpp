@@ -36,10 +36,7 @@ orError_t run_node(void* p) {
       torch::jit::Stack stack(n->args);
       n->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
       if (!n->copy_into.empty())
-        copy_fresh_results(n->op.schema(), stack, n->copy_into,
-                           [](const at::Tensor& dst, const at::Tensor& src) {
-                             const_cast<at::Tensor&>(dst).copy_(src);
-                           });
+        copy_fresh_results(n->op.schema(), stack, n->copy_into);
     }
   } catch (const std::exception& e) {
     // An asynchronous error, as a failing CUDA kernel: reported by the next
@@ -55,13 +52,12 @@ orError_t run_node(void* p) {
 void delete_node(void* p) { delete static_cast<Node*>(p); }
 
 void copy_fresh_results(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
-                        const std::vector<at::Tensor>& into,
-                        void (*copy)(const at::Tensor& dst, const at::Tensor& src)) {
+                        const std::vector<at::Tensor>& into) {
   size_t k = 0;
   auto one = [&](const at::Tensor& r) {
     if (!r.defined()) return;
     TORCH_INTERNAL_ASSERT(k < into.size());
-    copy(into[k++], r);
+    into[k++].copy_(r);  // (copy_ is const on at::Tensor)
   };
   // The results the capture allocated, in order: not those that are
   // arguments the operator writes (returned as they are).

@@ -102,11 +102,25 @@ bool runs_cpu_kernel(const c10::OperatorHandle& op) {
 // (or, for inputs from outside it, the caller) keeps it, as for the node's
 // own borrowed tensors.
 struct Aliases {
-  explicit Aliases(c10::DeviceIndex d) : device(d), kv(kernel_view_offset(d)) {}
+  explicit Aliases(c10::DeviceIndex d)
+      : device(d),
+        remap{[kv = kernel_view_offset(d)](const at::Tensor& t) {
+                void* p = const_cast<void*>(t.storage().data());
+                return c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                                    c10::DataPtr(p ? static_cast<char*>(p) + kv : nullptr,
+                                                 c10::Device(c10::DeviceType::CPU)),
+                                    /*allocator=*/nullptr, /*resizable=*/false);
+              },
+              [](const c10::Storage& st, const at::Tensor& t) {
+                auto a = at::detail::make_tensor<c10::TensorImpl>(
+                    c10::Storage(st), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+                a.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
+                                                               t.storage_offset());
+                return a;
+              }} {}
   c10::DeviceIndex device;
-  intptr_t kv;
+  StorageRemap remap;
   bool ok = true;  // false: an argument this scheme does not cover
-  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> storages;
 
   at::Tensor operator()(const at::Tensor& t) {
     if (!t.defined()) return t;
@@ -121,19 +135,7 @@ struct Aliases {
       ok = false;
       return t;
     }
-    c10::Storage& st = storages[t.storage().unsafeGetStorageImpl()];
-    if (!st) {
-      void* p = const_cast<void*>(t.storage().data());
-      st = c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
-                        c10::DataPtr(p ? static_cast<char*>(p) + kv : nullptr,
-                                     c10::Device(c10::DeviceType::CPU)),
-                        /*allocator=*/nullptr, /*resizable=*/false);
-    }
-    auto a = at::detail::make_tensor<c10::TensorImpl>(
-        c10::Storage(st), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-    a.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    if (t.is_conj()) a.unsafeGetTensorImpl()->_set_conj(true);
-    return a;
+    return remap(t);
   }
 
   c10::IValue value(const c10::IValue& v) {
@@ -156,10 +158,7 @@ struct CpuCall final : PreparedNode {
     torch::jit::Stack stack(args);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
     if (!copy_into.empty())
-      copy_fresh_results(op.schema(), stack, copy_into,
-                         [](const at::Tensor& dst, const at::Tensor& src) {
-                           const_cast<at::Tensor&>(dst).copy_(src);
-                         });
+      copy_fresh_results(op.schema(), stack, copy_into);
   }
 };
 
