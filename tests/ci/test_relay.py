@@ -502,4 +502,8 @@ class TestResolve:
         build = steps[names.index("Build, test and triage")]
         assert build["env"]["TORCH_SPEC"] == "${{ steps.torch.outputs.spec }}"
         assert "GITHUB_TOKEN" not in build["env"]  # the token stays out of the build
+        # The event's commit is spelled once, for the job, and both steps read it.
+        assert "head.sha" in wf["jobs"]["test"]["env"]["EVENT_COMMIT"]
+        assert all("EVENT_COMMIT" not in s.get("env", {}) for s in steps)
+        assert "$EVENT_COMMIT" in build["run"]
 
