@@ -48,6 +48,18 @@ class TestStreams:
         finally:
             target.device_module.set_stream(prev)
 
+    @pytest.mark.openreg_only  # the wording is openreg's
+    def test_a_cpu_stream_given_to_the_accelerator_says_what_is_wrong(self):
+        # torch.accelerator.set_stream makes the stream's device current
+        # before it checks the stream's type: the guard says the stream has
+        # no device of this backend, not "invalid device index -1".
+        prev = torch.accelerator.current_stream()
+        with pytest.raises(RuntimeError, match="no device index") as e:
+            torch.accelerator.set_stream(torch.Stream("cpu"))
+        assert "CPU stream given to torch.accelerator.set_stream" in str(e.value)
+        assert "-1" not in str(e.value)
+        assert torch.accelerator.current_stream() == prev
+
     def test_priorities(self):
         least, greatest = target.device_module.Stream.priority_range()
         assert least == 0 and greatest < 0

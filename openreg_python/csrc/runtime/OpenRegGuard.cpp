@@ -15,8 +15,20 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   c10::DeviceType type() const override { return static_type; }
 
-  c10::Device exchangeDevice(c10::Device d) const override {
+  // torch.accelerator.set_stream(stream) makes the stream's device current
+  // through setDevice(Device(openreg, stream.device_index())) before it
+  // checks the stream's type: a CPU stream arrives here as an openreg device
+  // without an index. Say that, not "invalid device index -1".
+  static void check_current(c10::Device d) {
     TORCH_CHECK(d.type() == static_type, "expected an openreg device, got ", d);
+    TORCH_CHECK(d.has_index(), "openreg: cannot make '", d, "' the current device: it has no "
+                "device index, as a stream or device of another device type has none on openreg "
+                "(for example a CPU stream given to torch.accelerator.set_stream, which takes an "
+                "openreg stream)");
+  }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    check_current(d);
     return c10::Device(static_type, exchange_device(d.index()));
   }
 
@@ -25,7 +37,7 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void setDevice(c10::Device d) const override {
-    TORCH_CHECK(d.type() == static_type, "expected an openreg device, got ", d);
+    check_current(d);
     set_device(d.index());
   }
 
