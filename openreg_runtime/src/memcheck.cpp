@@ -52,6 +52,10 @@ struct Watch {
   bool uninit = false;  // a read of a page nothing wrote
   std::atomic<int> npages{0};
   uintptr_t pages[kMaxPages];
+  // The kernel watched (a kernel's own watch; the pool's has none).
+  const char* kernel = nullptr;
+  int kernel_device = -1;
+  unsigned long long kernel_stream = 0;
 };
 thread_local Watch* t_watch = nullptr;
 Watch g_pool_watch;              // intra-op threads of the kernels running
@@ -330,6 +334,9 @@ void exported(Arena& a, size_t off) {
 // [docs:memcheck-run-kernel]
 orError_t run_kernel(const Item& it, int device, unsigned long long stream, std::string* why) {
   Watch w;
+  w.kernel = it.name;
+  w.kernel_device = device;
+  w.kernel_stream = stream;
   Watch* const outer = t_watch;  // a kernel may launch one inline
   const size_t pool_before = g_pool_watch.count.load();
   g_running.fetch_add(1);
@@ -396,6 +403,15 @@ bool on_fault(uintptr_t addr, int device, size_t offset, int write) {
   }
   w->pages[i] = page;
   return true;  // the access is retried, and succeeds
+}
+
+const char* faulting_kernel(int* device, unsigned long long* stream) {
+  if (Watch* w = t_watch) {
+    *device = w->kernel_device;
+    *stream = w->kernel_stream;
+    return w->kernel ? w->kernel : "";
+  }
+  return g_running.load() > 0 ? "" : nullptr;
 }
 
 }  // namespace memcheck

@@ -59,5 +59,13 @@ void exported(Arena& a, size_t off);
 // the access is retried. Otherwise returns false.
 bool on_fault(uintptr_t addr, int device, size_t offset, int write);
 
+// From the signal handler: the kernel that was running when a fault hit an
+// address outside every device's memory (a view of a storage resized to 0,
+// a pointer of nobody's), for the report before the process stops: its
+// name, device and stream, or null when no kernel runs on this thread. A
+// thread of ATen's intra-op pool while a kernel runs gets "" (which kernel
+// is not known there).
+const char* faulting_kernel(int* device, unsigned long long* stream);
+
 }  // namespace memcheck
 }  // namespace openreg

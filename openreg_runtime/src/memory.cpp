@@ -178,6 +178,46 @@ void fault_handler(int sig, siginfo_t* info, void* uctx) {
       dev = -1;
       break;
     }
+    // [docs:memcheck-foreign-address]
+    // Outside every device's memory, from a kernel: compute-sanitizer's
+    // "Address ... is out of bounds" for an address of no allocation. The
+    // page cannot be opened for the kernel to go on, so the report comes
+    // now and the process stops (in raise mode too).
+    int kdev = -1;
+    unsigned long long kstream = 0;
+    const char* kernel = dev < 0 ? memcheck::faulting_kernel(&kdev, &kstream) : nullptr;
+    bool ours = false;
+    for (int i = 0; i < kMaxDevices && kernel; ++i) {
+      const uintptr_t lo = g_kview_lo[i].load(std::memory_order_relaxed);
+      const uintptr_t len = g_arena_hi[i].load(std::memory_order_relaxed) -
+                            g_arena_lo[i].load(std::memory_order_relaxed);
+      ours = ours || (lo && addr >= lo && addr < lo + len);
+    }
+    if (kernel && !ours) {
+      int write = -1;
+#if defined(__x86_64__)
+      write = (static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#endif
+      write_str(write == 1 ? "\n========= OPENREG MEMCHECK: invalid write"
+                : write == 0 ? "\n========= OPENREG MEMCHECK: invalid read"
+                             : "\n========= OPENREG MEMCHECK: invalid access");
+      if (*kernel) {
+        write_str(" by kernel '");
+        write_str(kernel);
+        write_str("' on stream ");
+        write_dec(kstream);
+        write_str(" of openreg:");
+        write_dec(uint64_t(kdev));
+      } else {
+        write_str(" by a thread of ATen's intra-op pool while a kernel runs");
+      }
+      write_str("\n=========     address ");
+      write_hex(addr);
+      write_str(" is out of bounds: it is in no allocation of any openreg device (a view of "
+                "a storage resized to 0 or freed, or a pointer that is not device memory)\n"
+                "=========     the kernel cannot go on; the process stops.\n");
+    }
+    // [docs:memcheck-foreign-address:end]
   }
   if (dev >= 0) {
     write_str("\nopenreg: illegal host access to device memory at address ");

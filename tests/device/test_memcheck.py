@@ -120,6 +120,26 @@ class TestMemcheckReports:
             p, "invalid write by kernel 'mcbug::past_end_in_a_helper_thread'",
             "0 bytes after the end of allocation", "by another thread than the kernel's own")
 
+    def test_an_access_outside_every_allocation_is_reported_then_the_process_stops(self):
+        # A view keeps its offset into a storage that was resized to 0: the
+        # kernel reads an address of no allocation, which no page can be
+        # opened for (compute-sanitizer: "Address ... is out of bounds").
+        # Raise mode stops too: the kernel cannot go on.
+        for mode in ("abort", "raise"):
+            p = run("""
+                x = torch.arange(4096, dtype=torch.float32, device="openreg")
+                v = x[1024:]
+                x.untyped_storage().resize_(0)
+                print("before", flush=True)
+                v.add(1)
+                print("not reached", flush=True)
+            """, OPENREG_MEMCHECK_ON_ERROR=mode)
+            assert "before" in p.stdout and "not reached" not in p.stdout
+            assert p.returncode == -signal.SIGSEGV, (mode, p.returncode, p.stderr[-3000:])
+            assert "OPENREG MEMCHECK: invalid read by kernel 'aten::add" in p.stderr, p.stderr[-3000:]
+            assert "is out of bounds: it is in no allocation of any openreg device" in p.stderr
+            assert "the process stops" in p.stderr
+
     def test_raise_mode_reports_as_a_python_error_and_the_process_goes_on(self):
         p = run("""
             x = torch.arange(10, dtype=torch.float32, device="openreg")
