@@ -281,7 +281,13 @@ enum {
    * small collective whose peers are already there completes with no thread
    * hop, one whose peers are late returns to the caller after a short try.
    * Real devices never run work inline, so a vendor drops this flag. */
-  orLaunchMayDefer = 0x4
+  orLaunchMayDefer = 0x4,
+  /* The backend's own bookkeeping, not the program's work (the ASan
+   * allocator's stream-ordered poisoning of freed blocks): runs in stream
+   * order as any kernel, but trace subscribers never see it, so a profiler
+   * shows only what the program launched. A real driver's internal work is
+   * invisible to its profiler in the same way. */
+  orLaunchUntraced = 0x8
 };
 /* Simulation only, like the spin kernel behind torch.cuda._sleep: occupy
  * `stream` for `microseconds` of device time. Never runs inline, so the

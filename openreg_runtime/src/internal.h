@@ -159,6 +159,7 @@ struct Item {
   // kernel's trace event spans the attempt and the worker's call).
   bool may_defer = false;
   uint64_t attempt_ns = 0;
+  bool untraced = false;  // orLaunchUntraced: no trace record
   // orLaunchKernelOwned: the arguments, freed with the last copy of the item
   // (after it ran, or with the graph that recorded it). args == owned.get().
   std::shared_ptr<void> owned;

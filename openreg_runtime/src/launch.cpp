@@ -58,7 +58,8 @@ orError_t launch_kernel(orStream_t stream, orKernelFn_t fn, void* args,
                         std::shared_ptr<void> owned, bool args_owned, const char* name,
                         unsigned int flags, const char* call) {
   if (!fn) return fail(orErrorInvalidValue, "%s: fn is NULL", call);
-  if (flags & ~unsigned(orLaunchSynchronous | orLaunchNeverInline | orLaunchMayDefer))
+  if (flags & ~unsigned(orLaunchSynchronous | orLaunchNeverInline | orLaunchMayDefer |
+                        orLaunchUntraced))
     return fail(orErrorInvalidValue, "%s: unknown flags 0x%x", call, flags);
   if ((flags & orLaunchMayDefer) && (flags & (orLaunchSynchronous | orLaunchNeverInline)))
     return fail(orErrorInvalidValue,
@@ -72,6 +73,7 @@ orError_t launch_kernel(orStream_t stream, orKernelFn_t fn, void* args,
   it.owned = std::move(owned);
   it.args_owned = args_owned;
   it.may_defer = flags & orLaunchMayDefer;
+  it.untraced = flags & orLaunchUntraced;
   if (capture::any()) {  // the hot path resolves no stream otherwise
     Stream* s = resolve_stream(stream, call);
     if (!s) return orPeekAtLastError();

@@ -54,6 +54,7 @@ void stamp_launch(Item& it) {
 
 void trace_item(const Item& it, int device, unsigned long long stream_id,
                 uint64_t t0, uint64_t t1) {
+  if (it.untraced) return;  // the backend's own bookkeeping (orLaunchUntraced)
   orTraceRecord r;
   memset(&r, 0, sizeof(r));
   switch (it.type) {

@@ -537,6 +537,7 @@ class OpenRegError(RuntimeError):
   m.attr("LaunchSynchronous") = int(orLaunchSynchronous);
   m.attr("LaunchNeverInline") = int(orLaunchNeverInline);
   m.attr("LaunchMayDefer") = int(orLaunchMayDefer);
+  m.attr("LaunchUntraced") = int(orLaunchUntraced);
   m.def("this_thread_id", [] { return this_thread_id(); });
   // Launches a kernel that blocks on `gate`; returns a function giving the id
   // of the thread the kernel ran on (0 until it started).

@@ -84,6 +84,24 @@ class TestTracing:
         assert len(host_funcs) == 1 and host_funcs[0]["correlation"] == 7
         assert host_funcs[0]["end_ns"] <= copies[0]["start_ns"]
 
+    def test_untraced_kernels_run_in_order_but_leave_no_record(self, stream, dev_block):
+        # orLaunchUntraced: the backend's own bookkeeping (the ASan
+        # allocator's poisoning) runs in stream order, off the trace.
+        traced, untraced = rt.Gate(), rt.Gate()
+        rt.trace_start()
+        try:
+            ran_traced = rt.launch_gate_kernel(stream, traced, rt.LaunchNeverInline)
+            ran_untraced = rt.launch_gate_kernel(
+                stream, untraced, rt.LaunchNeverInline | rt.LaunchUntraced)
+            rt.memset_async(dev_block, 1, 16, stream)
+            traced.release()
+            untraced.release()
+            sync_stream(stream)
+        finally:
+            records = rt.trace_stop()
+        assert ran_traced() and ran_untraced() and untraced.entered
+        assert [r["name"] for r in records] == ["gate_kernel", "orMemsetAsync"], records
+
     def test_no_records_after_stop(self, dev_block):
         rt.trace_start()
         rt.trace_stop()
