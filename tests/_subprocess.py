@@ -74,3 +74,72 @@ def sanitizer_reports_to_stderr(*variables):
         opts = [o for o in os.environ.get(var, "").split(":") if o and not o.startswith("log_path=")]
         env[var] = ":".join(opts)
     return env
+
+
+# ---------------------------------------------------------------- /dev/shm
+# Multi-process tests check that they leave nothing in /dev/shm (OCCL makes
+# no named segment at all: its segments are memfds). Every entry counts, not
+# only ours by name; but with the suite on two pytest-xdist workers, the
+# other worker's live processes hold entries of their own (Python's
+# multiprocessing semaphores, sem.mp-*, of Inductor's compile workers), which
+# are nobody's leak. So an entry is left behind when no live process holds
+# it (mapped or open), or when a process of this one's own tree does. One
+# exception: a multiprocessing semaphore (sem.mp-*) that nobody maps is one
+# whose process exited without unlinking it (os._exit, as pool workers do),
+# which that tree's resource tracker unlinks when the tree ends: the other
+# worker's are seen so while its test still runs. OCCL makes none; this
+# tree's own leaks of them are its resource tracker's to report (it warns).
+
+def shm_entries() -> set:
+    """The names in /dev/shm now."""
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def _processes():
+    """{pid: (ppid, {names of /dev/shm entries it maps or has open})}."""
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            held = set()
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    if "/dev/shm/" in line:
+                        held.add(line.rsplit("/dev/shm/", 1)[1].split()[0])
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.startswith("/dev/shm/"):
+                    held.add(target[len("/dev/shm/"):].split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+        procs[int(pid)] = (ppid, held)
+    return procs
+
+
+def shm_left_behind(before: set) -> set:
+    """The entries of /dev/shm made since ``before`` that this process's
+    tests left behind: held by no live process, or by one of this process's
+    descendants. Entries held only by other processes (another job's, the
+    other xdist worker's) are not counted."""
+    new = shm_entries() - before
+    if not new:
+        return set()
+    procs = _processes()
+    tree, grew = {os.getpid()}, True
+    while grew:
+        grew = False
+        for pid, (ppid, _) in procs.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    left = set()
+    for name in new:
+        holders = {pid for pid, (_, held) in procs.items() if name in held}
+        if holders & tree or (not holders and not name.startswith("sem.mp-")):
+            if os.path.exists(f"/dev/shm/{name}"):
+                left.add(name)
+    return left

@@ -32,12 +32,12 @@ only with their exact signature; anything else fails:
   195261).
 """
 
-import os
 import re
 
 import pytest
 
 from ._launch import check_ok, needs_dist_backend, run_ranks
+from tests._subprocess import shm_entries, shm_left_behind
 from tests.target import HW, gates
 
 WORLD = 4
@@ -56,10 +56,6 @@ KNOWN_DTENSOR_BUGS = {
 }
 
 
-def shm_entries():
-    return set(os.listdir("/dev/shm"))
-
-
 def parse(results, prefix):
     """{name: [line of rank 0, line of rank 1, ...]} of the ``prefix`` lines."""
     by_name = {}
@@ -76,7 +72,7 @@ def spmd():
     before = shm_entries()
     results = run_ranks("dtensor_random.py", WORLD, timeout=180, args=("spmd",))
     check_ok(results)
-    return results, parse(results, "CHECK"), shm_entries() - before
+    return results, parse(results, "CHECK"), shm_left_behind(before)
 
 
 @pytest.mark.distributed

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests._subprocess import REPO, child_env
+from tests._subprocess import REPO, child_env, shm_entries, shm_left_behind
 
 from . import _netns
 from ._launch import WORKERS
@@ -22,10 +22,6 @@ from tests.target import HW
 pytestmark = pytest.mark.openreg_only
 
 SKIP = _netns.skip_reason()
-
-
-def shm_entries():
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
 def run_on_nodes(cluster, script, *, nproc, timeout, env, args=()):
@@ -58,7 +54,8 @@ def cluster():
     with _netns.Cluster(2) as c:
         yield c
     assert c.leftovers() == [], c.leftovers()
-    assert shm_entries() <= before, shm_entries() - before
+    left = shm_left_behind(before)
+    assert left == set(), left
 
 
 @pytest.mark.distributed

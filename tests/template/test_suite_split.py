@@ -221,4 +221,5 @@ class TestHardwareClassification:
                            "TestInBrowser", "TestScaffoldNew", "TestScaffoldUpdate",
                            "TestSuiteSplit", "TestHardwareClassification", "TestTorchWindow",
                            "TestTorchPin", "TestTorchGates", "TestTriage", "TestReport",
-                           "TestWorkflow", "TestRerun", "TestRun", "TestResolve"}, classes
+                           "TestWorkflow", "TestRerun", "TestRun", "TestResolve",
+                           "TestLeftBehindCheck"}, classes
