@@ -16,14 +16,29 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 # Two cores here: more parallel compiles only thrash.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+# Every compile goes through ccache (requirements-dev.txt), into the user's
+# cache (~/.cache/ccache), shared by every clone, release and build directory
+# of the machine: a TU that includes torch's headers takes 10-40 s, and CI
+# builds the same tree five times (three releases, two sanitizer builds) on a
+# machine that built it before. Paths under the tree are hashed relative to
+# it (CCACHE_BASEDIR) and the working directory is not hashed (the sanitizer
+# builds' -g), so a clone in another folder hits too. docs/building.md.
+CCACHE := $(abspath $(VENV))/bin/ccache
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+CCACHE_ARGS = -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE)
 
 .PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue check-release relay check-memcheck
 
 demo: build
 	$(PY) examples/demo.py
 
+# The suite runs on both cores (pytest-xdist): TEST_WORKERS=0 runs it in one
+# process. --dist loadfile keeps a file's tests, and so its module fixtures,
+# on one worker; worksteal hands a long file's neighbours to the idle worker.
+TEST_WORKERS ?= 2
 test: build
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 smoke: build
 	$(PY) -m pytest tests -m smoke $(PYTEST_ARGS)
@@ -87,8 +102,8 @@ docs: build
 # TORCH_DEVICE_BACKEND_AUTOLOAD=0: a half-built backend must not break the
 # `import torch` of the build itself.
 build: venv
-	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install --quiet --no-build-isolation --no-deps \
-	  --config-settings=build-dir=$(BUILD_DIR) .
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 CMAKE_ARGS="$(CCACHE_ARGS)" $(PIP) install --quiet \
+	  --no-build-isolation --no-deps --config-settings=build-dir=$(BUILD_DIR) .
 
 # Sanitizer runs (docs/sanitizers.md): the runtime and liboccl, torch-free,
 # built with AddressSanitizer + UndefinedBehaviorSanitizer or with
@@ -103,7 +118,7 @@ CMAKE := $(VENV)/bin/cmake
 define sanitizer_build
 	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(CMAKE) -S . -B build-$(1) -G Ninja \
 	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DPython3_EXECUTABLE=$(abspath $(PY)) -DOPENREG_TORCH_FREE_ONLY=$(or $(3),ON) \
+	  -DPython3_EXECUTABLE=$(abspath $(PY)) -DOPENREG_TORCH_FREE_ONLY=$(or $(3),ON) $(CCACHE_ARGS) \
 	  -DOPENREG_SANITIZE="$(2)" > /dev/null
 	$(CMAKE) --build build-$(1) > /dev/null
 	$(CMAKE) --install build-$(1) --prefix build-$(1)/install > /dev/null

@@ -13,13 +13,25 @@ Child interpreters (``run_python``) are in ``tests/_subprocess.py``.
 """
 
 import importlib
+import importlib.util
 import os
+import pathlib
 import tempfile
+import time
 
 import pytest
 
 COMPONENTS = {"runtime", "device", "ops", "model", "docs", "demo", "benchmarks",
               "profiler", "distributed", "compile", "graphs", "template", "ci"}
+
+# The suite runs several processes at once on 2 cores (two pytest-xdist
+# workers, `make test`; and the ranks and compile workers they start), each
+# with its own OpenMP pool. libgomp's default waits by spinning: pools of
+# different processes then burn each other's cores, and the operator sweep on
+# two workers took more CPU time than on one (415 against 188 s) and longer
+# (217 against 160 s). Waiting passively it took 101 s and 183 s of CPU. The
+# wait policy changes no result; a run that sets its own keeps it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Inductor and friends write caches to the system temp dir by default; keep
 # the suite's own.
@@ -107,6 +119,26 @@ def _check_and_select_hw_classification(config, items):
         items[:] = keep
 
 
+def _longest_first(config, items):
+    """On pytest-xdist workers (`make test`), the files with ``slow`` tests
+    go first, longest first (``@pytest.mark.slow(minutes=N)``, N=1 unless
+    given), each file's tests in their order: the scheduler hands out whole
+    files in this order (--dist loadfile), so an 8-minute test started last
+    would be the suite's tail, with the other worker idle."""
+    # The workers collect (and so order) the tests; xdist sets their own
+    # --dist to "no", so they are known by their workerinput.
+    if not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") == "no":
+        return
+    cost = {}
+    for item in items:
+        mark = item.get_closest_marker("slow")
+        if mark is not None:
+            path = item.nodeid.split("::")[0]
+            cost[path] = max(cost.get(path, 0), float(mark.kwargs.get("minutes", 1)))
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-cost.get(item.nodeid.split("::")[0], 0), order[id(item)]))
+
+
 def pytest_collection_modifyitems(config, items):
     unclassified, twice = [], []
     for item in items:
@@ -127,6 +159,7 @@ def pytest_collection_modifyitems(config, items):
         )
 
     _check_and_select_hw_classification(config, items)
+    _longest_first(config, items)
 
     from tests.target import IS_OPENREG
     if not IS_OPENREG:
@@ -136,3 +169,40 @@ def pytest_collection_modifyitems(config, items):
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+
+
+# ---------------------------------------------------------------- the suite's budget
+# A run of the whole suite (`make test`, no -m/-k selection) longer than its
+# budget in CI (tools/ci_report.py, one place for the figures) ends with a
+# warning, so the next person sees it before CI's 90-minute limit does. A
+# report, not a failure: the machines are noisy.
+_SESSION_START = [None]
+
+
+def pytest_sessionstart(session):
+    _SESSION_START[0] = time.monotonic()
+
+
+def _ci_budget_minutes():
+    path = pathlib.Path(__file__).resolve().parents[1] / "tools" / "ci_report.py"
+    spec = importlib.util.spec_from_file_location("_ci_report", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.BUDGET_SUITE_MIN
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _SESSION_START[0] is None or hasattr(config, "workerinput"):
+        return
+    tests_dir = pathlib.Path(__file__).resolve().parent
+    whole = [pathlib.Path(a).resolve() for a in config.args] == [tests_dir]
+    if not whole or config.option.markexpr or config.option.keyword:
+        return
+    minutes = (time.monotonic() - _SESSION_START[0]) / 60
+    budget = _ci_budget_minutes()
+    if minutes > budget:
+        terminalreporter.write_line(
+            f"WARNING (CI budget): the suite took {minutes:.1f} min, over its budget of "
+            f"{budget} min on a quiet 2-core machine (CI stops the whole run at 90): "
+            f"see the slowest tests (--durations=25, or the table .ci/run ends with) "
+            f"before adding more", yellow=True, bold=True)

@@ -41,7 +41,7 @@ def isolated_venv(path: pathlib.Path, hide=("torch_openreg", "openreg_conformanc
             continue
         (theirs / entry.name).symlink_to(entry)
     bin_dir = pathlib.Path(sys.executable).parent
-    for tool in ("cmake", "ninja", "ctest"):
+    for tool in ("cmake", "ninja", "ctest", "ccache"):
         if (bin_dir / tool).exists():
             (path / "bin" / tool).symlink_to(bin_dir / tool)
     pip = path / "bin" / "pip"
@@ -56,7 +56,7 @@ def run(cmd, cwd, env, timeout):
 
 
 @pytest.mark.template
-@pytest.mark.slow
+@pytest.mark.slow(minutes=8)  # the whole tree's build: first on the suite's workers
 class TestScaffoldedBackend:
     hw_classification = HW.ACCELERATOR
 
