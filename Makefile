@@ -34,8 +34,8 @@ demo: build
 	$(PY) examples/demo.py
 
 # The suite runs on both cores (pytest-xdist): TEST_WORKERS=0 runs it in one
-# process. --dist loadfile keeps a file's tests, and so its module fixtures,
-# on one worker; worksteal hands a long file's neighbours to the idle worker.
+# process. --dist loadfile keeps a file's tests, and so their module fixtures
+# and any order they rely on, on one worker (docs/testing.md, "CI's time").
 TEST_WORKERS ?= 2
 test: build
 	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

@@ -119,26 +119,6 @@ def _check_and_select_hw_classification(config, items):
         items[:] = keep
 
 
-def _longest_first(config, items):
-    """On pytest-xdist workers (`make test`), the files with ``slow`` tests
-    go first, longest first (``@pytest.mark.slow(minutes=N)``, N=1 unless
-    given), each file's tests in their order: the scheduler hands out whole
-    files in this order (--dist loadfile), so an 8-minute test started last
-    would be the suite's tail, with the other worker idle."""
-    # The workers collect (and so order) the tests; xdist sets their own
-    # --dist to "no", so they are known by their workerinput.
-    if not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") == "no":
-        return
-    cost = {}
-    for item in items:
-        mark = item.get_closest_marker("slow")
-        if mark is not None:
-            path = item.nodeid.split("::")[0]
-            cost[path] = max(cost.get(path, 0), float(mark.kwargs.get("minutes", 1)))
-    order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (-cost.get(item.nodeid.split("::")[0], 0), order[id(item)]))
-
-
 def pytest_collection_modifyitems(config, items):
     unclassified, twice = [], []
     for item in items:
@@ -159,7 +139,6 @@ def pytest_collection_modifyitems(config, items):
         )
 
     _check_and_select_hw_classification(config, items)
-    _longest_first(config, items)
 
     from tests.target import IS_OPENREG
     if not IS_OPENREG:

@@ -56,7 +56,7 @@ def run(cmd, cwd, env, timeout):
 
 
 @pytest.mark.template
-@pytest.mark.slow(minutes=8)  # the whole tree's build: first on the suite's workers
+@pytest.mark.slow
 class TestScaffoldedBackend:
     hw_classification = HW.ACCELERATOR
 
