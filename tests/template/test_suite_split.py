@@ -222,4 +222,4 @@ class TestHardwareClassification:
                            "TestSuiteSplit", "TestHardwareClassification", "TestTorchWindow",
                            "TestTorchPin", "TestTorchGates", "TestTriage", "TestReport",
                            "TestWorkflow", "TestRerun", "TestRun", "TestResolve",
-                           "TestLeftBehindCheck"}, classes
+                           "TestLeftBehindCheck", "TestCiReport"}, classes
