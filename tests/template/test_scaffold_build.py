@@ -73,7 +73,11 @@ class TestScaffoldedBackend:
                if not k.startswith(("OPENREG_", "PYTEST_", "PYTHONPATH"))}
         # The release of the running torch: foo's build directory is named after it.
         release = gates().fmt(gates().TORCH)
-        make = ["make", f"VENV={venv}", f"TORCH={release}"]
+        # ccache's base is the test's folder, not foo's tree: the venv beside the
+        # tree is on the include path, and the folder's name changes every run
+        # (the Makefile's base, the tree, would leave it absolute: every compile
+        # a miss).
+        make = ["make", f"VENV={venv}", f"TORCH={release}", f"CCACHE_BASEDIR={tmp_path}"]
 
         r = run(make + ["build"], tree, env, BUILD_TIMEOUT)
         assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
