@@ -156,16 +156,18 @@ void fault_handler(int sig, siginfo_t* info, void* uctx) {
   if (info->si_code > 0 && memcheck::on()) {
     // A kernel's access outside its allocations (kernel view), or, without
     // strict mode (the view is the device addresses), any such access.
+    int write = -1;
+#if defined(__x86_64__)
+    // The page-fault error code: bit 1 is set for a write.
+    write = (static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#endif
+    bool in_kview = false;
     for (int i = 0; i < kMaxDevices; ++i) {
       uintptr_t lo = g_kview_lo[i].load(std::memory_order_relaxed);
       uintptr_t len = g_arena_hi[i].load(std::memory_order_relaxed) -
                       g_arena_lo[i].load(std::memory_order_relaxed);
       if (!lo || addr < lo || addr >= lo + len) continue;
-      int write = -1;
-#if defined(__x86_64__)
-      // The page-fault error code: bit 1 is set for a write.
-      write = (static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
-#endif
+      in_kview = true;
       // Inside a kernel: noted, and let through (reported after the kernel).
       if (memcheck::on_fault(addr, i, addr - lo, write)) return;
       write_str("\n========= OPENREG MEMCHECK: invalid access at kernel-view address ");
@@ -185,19 +187,9 @@ void fault_handler(int sig, siginfo_t* info, void* uctx) {
     // now and the process stops (in raise mode too).
     int kdev = -1;
     unsigned long long kstream = 0;
-    const char* kernel = dev < 0 ? memcheck::faulting_kernel(&kdev, &kstream) : nullptr;
-    bool ours = false;
-    for (int i = 0; i < kMaxDevices && kernel; ++i) {
-      const uintptr_t lo = g_kview_lo[i].load(std::memory_order_relaxed);
-      const uintptr_t len = g_arena_hi[i].load(std::memory_order_relaxed) -
-                            g_arena_lo[i].load(std::memory_order_relaxed);
-      ours = ours || (lo && addr >= lo && addr < lo + len);
-    }
-    if (kernel && !ours) {
-      int write = -1;
-#if defined(__x86_64__)
-      write = (static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
-#endif
+    const char* kernel =
+        dev < 0 && !in_kview ? memcheck::faulting_kernel(&kdev, &kstream) : nullptr;
+    if (kernel) {
       write_str(write == 1 ? "\n========= OPENREG MEMCHECK: invalid write"
                 : write == 0 ? "\n========= OPENREG MEMCHECK: invalid read"
                              : "\n========= OPENREG MEMCHECK: invalid access");
