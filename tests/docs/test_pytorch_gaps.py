@@ -473,6 +473,24 @@ def empty_host_cache():
 check("empty_host_cache", empty_host_cache)
 ''', needs_lib=True)
 
+# Module conversion of a tied pair, with PyTorch's own answer to
+# _has_compatible_shallow_copy_type (its CompositeImplicitAutograd kernel)
+# registered over openreg's kernel: a backend that registers none.
+child("shallow_copy_type", r"""
+import torch
+op = torch.ops.aten._has_compatible_shallow_copy_type.default
+lib = torch.library.Library("aten", "IMPL")
+lib.impl("_has_compatible_shallow_copy_type", lambda a, b: op.decompose(a, b), "PrivateUse1")
+
+def tied_weights():
+    emb, head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    m = torch.nn.ModuleList([emb, head]).to("openreg")
+    if m[0].weight is not m[1].weight:
+        raise Gap(f"the tied weight is {len(list(m.parameters()))} Parameters after .to()")
+check("tied_weights", tied_weights)
+""")
+
 # The helper library: what a backend without openreg's two workarounds has.
 GAPS_LIB_SOURCE = r'''
 #include <c10/core/Allocator.h>
@@ -702,6 +720,16 @@ class TestDeviceGaps:
                 and rc == -signal.SIGSEGV):
             raise PyTorchGap("empty_host_cache() crashed with SIGSEGV")
         outcome(children, "no_host_allocator", "empty_host_cache")
+
+
+@pytest.mark.device
+class TestModuleGaps:
+    hw_classification = HW.ACCELERATOR
+
+    @gap(31, "nn.Module._apply keeps Parameter objects (tied weights) only where "
+         "TensorImpl::has_compatible_shallow_copy_type lists the backend; PrivateUse1 is not")
+    def test_module_conversion_keeps_tied_weights(self, children):
+        outcome(children, "shallow_copy_type", "tied_weights")
 
 
 @pytest.mark.profiler

@@ -266,7 +266,43 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
 
 }  // namespace
 
+// [docs:shallow-copy-type]
+// Module conversion keeps Parameter objects, and so tied weights (gap 31 of
+// docs/pytorch-gaps.md). nn.Module._apply, behind module.to("openreg"),
+// .cpu(), .half() and to_empty(device=...), swaps `param.data` in place only
+// where torch._has_compatible_shallow_copy_type(param, converted) is true;
+// otherwise it puts a new Parameter into each module, and an output head
+// tied to its embedding becomes a second copy that trains on its own.
+// PyTorch answers from TensorImpl::has_compatible_shallow_copy_type, whose
+// lists of dense and sparse backends do not name PrivateUse1; the operator
+// is CompositeImplicitAutograd, so a backend answers for its own key (the
+// header points backends here). This answers as PyTorch does between CPU
+// and CUDA, with PrivateUse1 in both lists, and is called whenever one of
+// the two tensors is an openreg tensor (PrivateUse1 dispatches first).
+// `param.data = t` asks the same question (VariableHooks::set_data).
+// Vendor: keep this; only the name of the backend bit is yours.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) {
+    return true;  // PyTorch's own answer (the same key set, or two of its listed backends)
+  }
+  using B = c10::BackendComponent;
+  constexpr auto dense_backends =
+      c10::DispatchKeySet({B::CPUBit, B::CUDABit, B::MPSBit, B::HIPBit, B::XPUBit, B::HPUBit,
+                           B::MTIABit, B::PrivateUse1Bit});
+  constexpr auto sparse_backends = c10::DispatchKeySet(
+      {B::CPUBit, B::CUDABit, B::MPSBit, B::HIPBit, B::XPUBit, B::PrivateUse1Bit});
+  auto both = [&](c10::DispatchKey functionality, c10::DispatchKeySet backends) {
+    const auto k = c10::DispatchKeySet(functionality);
+    return self.key_set().has_any(k) && self.key_set().has_any(backends) &&
+           from.key_set().has_any(k) && from.key_set().has_any(backends);
+  };
+  return both(c10::DispatchKey::Dense, dense_backends) ||
+         both(c10::DispatchKey::Sparse, sparse_backends);
+}
+// [docs:shallow-copy-type:end]
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));

@@ -1,4 +1,5 @@
-"""One rank of the FSDP2 test: a small transformer sharded with
+"""One rank of the FSDP2 test: a small transformer (its head tied to its
+embedding, as GPT-2's) sharded with
 torch.distributed.fsdp.fully_shard on the device under test over its c10d
 backend (tests.target: openreg over occl) trains for 10 steps,
 each rank on its half of the batch; rank 0 compares the global loss of every
@@ -49,6 +50,7 @@ class TinyLM(nn.Module):
         self.pos = nn.Parameter(torch.randn(SEQ, DIM) * 0.02)
         self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
         self.head = nn.Linear(DIM, VOCAB)
+        self.head.weight = self.emb.weight  # tied, as GPT-2's head
 
     def forward(self, tokens):
         x = self.emb(tokens) + self.pos
@@ -81,9 +83,14 @@ for step in range(STEPS):
 
 # FSDP2: shard every block and the root, half of the batch per rank.
 model = copy.deepcopy(base).to(dev)
+# .to() and fully_shard keep the tie: one Parameter, sharded once.
+assert model.head.weight is model.emb.weight
+assert len(list(model.parameters())) == len(list(base.parameters()))
 for b in model.blocks:
     fully_shard(b)
 fully_shard(model)
+assert model.head.weight is model.emb.weight
+assert len(list(model.parameters())) == len(list(base.parameters()))
 opt = torch.optim.Adam(model.parameters(), lr=1e-2)
 per = BATCH // world
 losses = []
