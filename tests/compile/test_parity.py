@@ -144,6 +144,21 @@ class TestModels:
             close(out, model(x), 1e-4)
         assert_inductor_code(codes)
 
+    def test_conv_net_with_batch_norm_under_layout_optimisation(self):
+        # Inductor's layout optimisation makes the weights channels_last; the
+        # convolution kernel must still return the strides its meta function
+        # (FakeTensor) promised, which Inductor asserts on the kernel's output.
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64),
+                              nn.ReLU(), nn.Conv2d(64, 128, 3, padding=1)).eval()
+        dev = copy.deepcopy(model).to(DEVICE)
+        x = torch.randn(2, 3, 16, 16)
+        with torch.no_grad():
+            out, codes, counter = compile_and_run(dev, x.to(DEVICE))
+            close(out, model(x), 1e-4)
+        assert_inductor_code(codes)
+        assert counter.frame_count == 1
+
 
 @pytest.mark.compile
 class TestFallback:

@@ -5,10 +5,33 @@
 #include "KernelView.h"
 
 #include <ATen/Functions.h>
+#include <ATen/native/ConvUtils.h>
 #include <torch/library.h>
 
 namespace torch_openreg {
 namespace {
+
+// [docs:conv-memory-format]
+// The layout of a convolution's results is the one its meta function
+// promises, not the CPU kernel's. torch.compile plans with FakeTensor's
+// answer, which for a device on the *_overrideable path is
+// _determine_backend_memory_format(input, weight, Overrideable)
+// (torch/_subclasses/fake_impls.py), and Inductor asserts the sizes and
+// strides of every kernel it calls. The CPU's oneDNN kernel instead answers
+// channels_last whenever the input or the weight is channels_last (Inductor's
+// layout optimisation makes weights channels_last). Asking ATen the same
+// question keeps the two equal on every release. Vendor: keep this; if your
+// kernels prefer another layout, say so to PyTorch's meta function instead.
+at::MemoryFormat promised_format(const at::Tensor& input, const at::Tensor& weight) {
+  return at::native::_determine_backend_memory_format(input, weight,
+                                                      at::native::ConvBackend::Overrideable);
+}
+
+at::Tensor in_format(at::Tensor t, at::MemoryFormat fmt) {
+  if (!t.defined() || t.dim() < 4 || t.is_contiguous(fmt)) return t;
+  return t.contiguous(fmt);
+}
+// [docs:conv-memory-format:end]
 
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias,
@@ -23,8 +46,11 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   std::optional<at::Tensor> b;
   if (bias && bias->defined()) b = set.alias(*bias);
   at::Tensor out;
+  const auto fmt = promised_format(input, weight);
   launch_kernel(device, "aten::convolution_overrideable", [&] {
-    out = at::convolution(in, w, b, stride, padding, dilation, transposed, output_padding, groups);
+    out = in_format(
+        at::convolution(in, w, b, stride, padding, dilation, transposed, output_padding, groups),
+        fmt);
   });
   return set.unwrap(out);
 }
@@ -41,9 +67,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   at::Tensor go = set.alias(grad_output), in = set.alias(input), w = set.alias(weight);
   std::tuple<at::Tensor, at::Tensor, at::Tensor> r;
   std::vector<int64_t> bias_sizes{weight.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
+  const auto fmt = promised_format(input, weight);
   launch_kernel(device, "aten::convolution_backward_overrideable", [&] {
     r = at::convolution_backward(go, in, w, bias_sizes, stride, padding, dilation, transposed,
                                  output_padding, groups, output_mask);
+    std::get<0>(r) = in_format(std::get<0>(r), fmt);  // as FakeTensor: grad_input and
+    std::get<1>(r) = in_format(std::get<1>(r), fmt);  // grad_weight in the promised format
   });
   return {set.unwrap(std::get<0>(r)), set.unwrap(std::get<1>(r)), set.unwrap(std::get<2>(r))};
 }
