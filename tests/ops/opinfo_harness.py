@@ -11,15 +11,19 @@ What one *sample* is: one ``SampleInput`` of ``op.sample_inputs("cpu", dtype)``
 run once through one variant on the CPU and once, copied to openreg with its
 exact strides and storage, on openreg. The variants (``variants_of``): the
 function for every group; for float32 also the in-place variant, the function
-on ``SampleInput.noncontiguous()`` copies, the function with empty ``out=``
-tensors, and ``op.error_inputs``; the gradients for "backward"; the function
-and the gradients on openreg:1 (openreg:0 current) for "device1". A sample
-passes when
+on ``SampleInput.noncontiguous()`` copies, on channels_last copies (every 4-d
+and 5-d tensor, weights too) and on transposed copies (column-major in the
+last two dimensions), the function with empty ``out=`` tensors, and
+``op.error_inputs``; the gradients for "backward"; the function and the
+gradients on openreg:1 (openreg:0 current) for "device1". A sample passes when
 
 * both sides raise exceptions of the same type, or
 * neither raises, and the outputs have the same structure; each output tensor
-  is on the inputs' openreg device, with the CPU's dtype, shape and strides
-  and the CPU's values (``torch.testing.assert_close``: the op's own
+  is on the inputs' openreg device, with the CPU's dtype and shape, the strides
+  its meta function promises (a forward call: the same call on FakeTensor
+  copies of the openreg arguments, as torch.compile sees it, compared as
+  Inductor's assert_size_stride does; the CPU's strides where the fake call
+  cannot tell), and the CPU's values (``torch.testing.assert_close``: the op's own
   tolerance overrides where it has some, exact for integers); an output
   aliases an input on openreg exactly when it does on the CPU (views stay
   views, fresh results stay fresh); and the arguments have the same values
@@ -55,6 +59,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import logging
 import os
 import sys
 import traceback
@@ -66,6 +71,7 @@ import torch
 
 from tests import target
 from tests.target import DEVICE
+from tests.ops.opinfo_skips import LAYOUT_SKIPS, STRIDE_DIFFERENCES
 
 # The device samples are copied to: <device>:0 (the current device), or
 # <device>:1 for the "device1" variant. Set by on_device, inside which
@@ -324,6 +330,7 @@ class Policy:
     values: bool = True  # False: outputs are uninitialised memory; metadata only
     random: bool = False  # values come from the generator: reproducibility, not the CPU's
     exact: bool = EXACT  # bit-for-bit (OPINFO_EXACT=1, for triage)
+    strides: bool = True  # False: the strides were checked against the meta function's
 
 
 def _flatten(out, path="out"):
@@ -421,13 +428,119 @@ def compare_outputs(dev_out, cpu_out, pol):
         raise Mismatch(f"output structure differs: {[p for p, _ in d]} != CPU {[p for p, _ in c]}")
     for (path, dv), (_, cv) in zip(d, c):
         if isinstance(cv, torch.Tensor):
-            compare_tensor(dv, cv, pol, path, values=pol.values)
+            compare_tensor(dv, cv, pol, path, strides=pol.strides, values=pol.values)
         elif isinstance(dv, torch.Tensor):
             raise Mismatch(f"{path}: {DEVICE} returned a tensor, CPU a {type(cv).__name__}")
         elif isinstance(cv, float) and isinstance(dv, float) and cv != cv and dv != dv:
             pass  # both NaN
         elif type(dv) is not type(cv) or (dv != cv and pol.values):
             raise Mismatch(f"{path}: {dv!r} != CPU {cv!r}")
+
+
+# ---------------------------------------------------------------------------
+# Strides: what the meta function promises.
+# ---------------------------------------------------------------------------
+
+#: op name -> one example of an output whose CPU strides differ from what the
+#: op's meta function promises (openreg follows the meta function, as a real
+#: device's kernels do: torch.compile plans with the meta strides, and
+#: Inductor asserts them on the outputs of the kernels it calls).
+CPU_STRIDES_DIFFER: dict = {}
+#: op name -> one example of a listed difference (opinfo_skips.STRIDE_DIFFERENCES)
+#: seen in this session, and the ops of that table whose results were compared.
+STRIDE_DIFFERENCES_SEEN: dict = {}
+STRIDE_COMPARED: set = set()
+
+
+def fake_outputs(fn, p: Prepared):
+    """fn's outputs on FakeTensor copies of p's device tensors: the sizes and
+    strides that torch.compile expects of the device's kernels (the meta
+    functions, and FakeTensor's device-aware rules such as convolution's).
+    None where the fake run cannot tell (data-dependent output shapes, or an
+    op without a meta function that FakeTensor will not run)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    # FakeTensor logs every meta function that raises (error inputs do).
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level, log.level = log.level, logging.CRITICAL
+    try:
+        inp, args, kwargs = _map((p.input, p.args, p.kwargs), mode.from_tensor, {})
+        with mode:
+            return fn(inp, *args, **kwargs)
+    except Exception:  # noqa: BLE001 - no promise to compare with
+        return None
+    finally:
+        log.setLevel(level)
+
+
+def significant_strides_differ(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """As Inductor's assert_size_stride compares: strides of dimensions of size 1
+    (and of empty tensors) do not count."""
+    if a.numel() == 0:
+        return False
+    return any(n > 1 and sa != sb for n, sa, sb in zip(a.shape, a.stride(), b.stride()))
+
+
+def compare_promised_strides(op, dev_out, cpu_out, promised):
+    """Every strided output has its meta function's sizes and strides. Returns
+    False (nothing checked) without a promise of the same structure."""
+    if promised is None:
+        return False
+    d, c, f = _flatten(dev_out), _flatten(cpu_out), _flatten(promised)
+    if [q for q, _ in d] != [q for q, _ in f]:
+        return False
+    name = op_id(op)
+    for (path, dv), (_, cv), (_, fv) in zip(d, c, f):
+        if not (isinstance(dv, torch.Tensor) and isinstance(fv, torch.Tensor)):
+            continue
+        if dv.layout != torch.strided or fv.layout != torch.strided:
+            return False
+        problem = None
+        if dv.shape != fv.shape:
+            problem = f"{path}: shape {tuple(dv.shape)} != its meta function's {tuple(fv.shape)}"
+        elif significant_strides_differ(dv, fv):
+            problem = (f"{path}: strides {dv.stride()} != its meta function's "
+                       f"{fv.stride()} (shape {tuple(dv.shape)})")
+        if name in STRIDE_DIFFERENCES:
+            STRIDE_COMPARED.add(name)
+            if problem is not None:  # a known difference: recorded, not failed
+                STRIDE_DIFFERENCES_SEEN.setdefault(name, problem)
+                return False
+        elif problem is not None:
+            raise Mismatch(problem)
+        if (isinstance(cv, torch.Tensor) and cv.shape == fv.shape
+                and significant_strides_differ(cv, fv)):
+            CPU_STRIDES_DIFFER.setdefault(
+                op_id(op), f"{path}: CPU {cv.stride()}, meta {fv.stride()} "
+                           f"(shape {tuple(cv.shape)})")
+    return True
+
+
+def relayout(sample, how):
+    """The sample with its tensors in another layout, same values:
+    "channels_last" (every 4-d and 5-d tensor, weights too) or "transposed"
+    (every tensor of 2 or more dimensions column-major in its last two)."""
+    changed = []
+
+    def f(t):
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            return t
+        if how == "channels_last" and t.dim() in (4, 5):
+            fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
+            r = t.contiguous(memory_format=fmt)
+        elif how == "transposed" and t.dim() >= 2:
+            r = t.mT.contiguous().mT
+        else:
+            return t
+        if significant_strides_differ(r, t):
+            changed.append(t)
+        return r.requires_grad_(t.requires_grad)  # a leaf: made under no_grad
+
+    out = sample.transform(f)
+    if not changed:
+        raise NotApplicable(f"no tensor of this sample changes in the {how} layout")
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -531,12 +644,15 @@ def run_forward(op, sample, fn, pol):
     """Compare one forward call of fn (a variant of op) on sample."""
     dev, cpu = _prepare_both(op, sample)
     with torch.no_grad():
+        promised = fake_outputs(fn, dev)  # first: an in-place variant writes its input
         cpu_out, cpu_exc = _call(fn, cpu)
         dev_out, dev_exc = _call(fn, dev)
     if _check_exceptions(cpu_exc, dev_exc, "forward"):
         return
     compare_aliasing(dev_out, cpu_out, dev.tensors, cpu.tensors)
-    compare_outputs(sample.output_process_fn_grad(dev_out), sample.output_process_fn_grad(cpu_out), pol)
+    checked = compare_promised_strides(op, dev_out, cpu_out, promised)
+    compare_outputs(sample.output_process_fn_grad(dev_out), sample.output_process_fn_grad(cpu_out),
+                    dataclasses.replace(pol, strides=not checked))
     # The arguments afterwards (in-place variants, ops that write an argument).
     for i, (dt, ct) in enumerate(zip(dev.tensors, cpu.tensors)):
         compare_tensor(dt, ct, pol, f"argument {i} after the call", strides=False,
@@ -719,6 +835,8 @@ def variants_of(op, group):
         if op.inplace_variant is not None:
             v.append(("inplace", op.inplace_variant, group))
         v.append(("noncontiguous", op.op, group))
+        v.append(("channels_last", op.op, group))
+        v.append(("transposed", op.op, group))
         if op.supports_out:
             v.append(("out", op.op, group))
     return v
@@ -732,6 +850,10 @@ def _run_one(op, vname, fn, sample, pol):
         if all(not isinstance(t, torch.Tensor) or t.is_contiguous() for t in _tensors_of(nc)):
             raise NotApplicable("no tensor can be made non-contiguous")
         run_forward(op, nc, fn, pol)
+    elif vname in ("channels_last", "transposed"):
+        if (op_id(op), vname) in LAYOUT_SKIPS:
+            raise NotApplicable(LAYOUT_SKIPS[op_id(op), vname])
+        run_forward(op, relayout(sample, vname), fn, pol)
     elif vname == "out":
         run_out(op, sample, pol)
     else:

@@ -52,7 +52,8 @@ SMOKE_OPS = [
     "nn.functional.dropout", "arange",
 ]
 
-STATS = {"ops": set(), "samples": 0, "passed": 0, "failed": 0, "skipped": 0}
+STATS = {"ops": set(), "samples": 0, "passed": 0, "failed": 0, "skipped": 0,
+         "float32 ran": set()}
 
 
 def _report(op_name, group, failures, total):
@@ -90,6 +91,8 @@ def _run(op_name, group, record):
     failures = [r for r in results if r.status == "fail"]
     skipped = [r for r in results if r.status == "skip"]
     if record:
+        if group == H.FLOAT:  # every variant ran (the layout variants are float32's)
+            STATS["float32 ran"].add(op_name)
         STATS["ops"].add(op_name)
         STATS["samples"] += len(results)
         STATS["passed"] += len(results) - len(failures) - len(skipped)
@@ -163,6 +166,22 @@ class TestOpInfoSummary:
         line, rate = summary_line()
         with capsys.disabled():
             print("\n" + line, flush=True)
+            # Where openreg follows the meta function and the CPU does not.
+            differ = sorted(H.CPU_STRIDES_DIFFER.items())
+            print(f"OPINFO STRIDES: the CPU's strides differ from the meta function's on "
+                  f"{len(differ)} ops (openreg follows the meta function)", flush=True)
+            for op_name, example in differ:
+                print(f"  {op_name}: {example}", flush=True)
+            # Where openreg does not yet (opinfo_skips.STRIDE_DIFFERENCES).
+            seen = sorted(H.STRIDE_DIFFERENCES_SEEN.items())
+            print(f"OPINFO STRIDES: {DEVICE}'s results differ from the meta function's on "
+                  f"{len(seen)} listed ops (opinfo_skips.STRIDE_DIFFERENCES)", flush=True)
+            for op_name, example in seen:
+                print(f"  {op_name}: {example}", flush=True)
         if STATS["passed"] + STATS["failed"] == 0:
             pytest.skip("no OpInfo sample ran in this session (the sweep was deselected)")
         assert rate >= MIN_PASS_RATE, f"pass rate below {MIN_PASS_RATE}%: {line}"
+        fixed = sorted((H.STRIDE_COMPARED & STATS["float32 ran"])
+                       - H.STRIDE_DIFFERENCES_SEEN.keys())
+        assert not fixed, (f"these ops now give the meta function's sizes and strides: delete "
+                           f"their entries in opinfo_skips.STRIDE_DIFFERENCES: {fixed}")
