@@ -169,7 +169,7 @@ class TestOpInfoSummary:
             # Where openreg follows the meta function and the CPU does not.
             differ = sorted(H.CPU_STRIDES_DIFFER.items())
             print(f"OPINFO STRIDES: the CPU's strides differ from the meta function's on "
-                  f"{len(differ)} ops (openreg follows the meta function)", flush=True)
+                  f"{len(differ)} ops ({DEVICE} follows the meta function)", flush=True)
             for op_name, example in differ:
                 print(f"  {op_name}: {example}", flush=True)
             # Where openreg does not yet (opinfo_skips.STRIDE_DIFFERENCES).
