@@ -5,8 +5,8 @@ all-to-all, send/receive pairs, barrier), the size (4 B to 64 MiB, large ones
 rarely), the group (the world, the two nodes, two cross-node pairs), blocking
 or async_op with the waits made later and out of order, and compute on the
 same stream before and after. Every result is checked. Resources (resident
-memory, open descriptors, threads, /dev/shm entries) are sampled after the
-first tenth of the run and at its end; the last line is
+memory, open descriptors, threads, /dev/shm entries made since the first
+sample and left behind) are sampled after the first tenth of the run and at its end; the last line is
 "RESOURCES <json>"."""
 
 import ctypes
@@ -15,9 +15,14 @@ import gc
 import json
 import os
 import random
+import sys
 
 import torch
 import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))))
+from tests._subprocess import shm_entries, shm_left_behind  # noqa: E402
 
 # Used only by openreg-only tests (tests/target.py).
 openreg_only = True
@@ -67,7 +72,14 @@ def resources():
             "device_reserved": torch.openreg.memory_reserved(dev),
             "fds": len(os.listdir("/proc/self/fd")),
             "threads": int(status["Threads"]),
-            "shm": len(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else 0}
+            "shm": len(shm_left_behind(SHM_BEFORE)) if SHM_BEFORE is not None else 0}
+
+
+# The /dev/shm entries at the first sample: an entry made after it counts at
+# a later sample if no live process holds it or this rank does
+# (tests/_subprocess.py: the suite's other worker, and anything else on the
+# machine, make and remove entries of their own meanwhile).
+SHM_BEFORE = None
 
 
 def value(r, i, n):
@@ -94,6 +106,8 @@ for i in range(iterations):
     if i in (iterations // 10, iterations // 2):  # from warm-up on: caches and threads in place
         pending = drain(pending, f"at iteration {i}")
         samples["first_tenth" if i == iterations // 10 else "half"] = resources()
+        if SHM_BEFORE is None:
+            SHM_BEFORE = shm_entries()
     kind = plan.choice(["allreduce", "allreduce", "broadcast", "allgather", "reduce_scatter",
                         "alltoall", "sendrecv", "barrier"])
     gname = plan.choice(list(GROUPS))
