@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-COMPONENTS = {"runtime", "device", "ops", "model", "docs", "demo", "benchmarks",
+COMPONENTS = {"runtime", "device", "ops", "model", "models", "docs", "demo", "benchmarks",
               "profiler", "distributed", "compile", "graphs", "template", "ci"}
 
 # The suite runs several processes at once on 2 cores (two pytest-xdist
