@@ -169,7 +169,10 @@ _CPU_LAYOUT = (f"BUG: the {DEVICE} kernel is the CPU's, which answers with "
                "TensorIterator's layout")
 STRIDE_DIFFERENCES = {
     **{name: f"{_CPU_LAYOUT} for a broadcast or 0-d operand; the meta function "
-       "(a Python reference) lays the result out otherwise (the CPU differs too)"
+       "(a Python reference registered for Meta) lays the result out otherwise. The CPU "
+       "differs too, and so would CUDA, whose kernels are TensorIterator's as well: "
+       "following the meta function here would part from CUDA's eager layout, so the "
+       "fix may belong in PyTorch's reference rather than in the backend"
        for name in ("copysign", "div.floor_rounding", "floor_divide", "ldexp", "logaddexp",
                     "logical_and", "logical_or", "logical_xor", "heaviside")},
     **{name: f"BUG: the {DEVICE} kernel is the CPU's: in eval mode it returns empty "
