@@ -512,7 +512,7 @@ def compare_promised_strides(op, dev_out, cpu_out, promised):
         if (isinstance(cv, torch.Tensor) and cv.shape == fv.shape
                 and significant_strides_differ(cv, fv)):
             CPU_STRIDES_DIFFER.setdefault(
-                op_id(op), f"{path}: CPU {cv.stride()}, meta {fv.stride()} "
+                name, f"{path}: CPU {cv.stride()}, meta {fv.stride()} "
                            f"(shape {tuple(cv.shape)})")
     return True
 

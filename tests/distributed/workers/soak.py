@@ -6,8 +6,8 @@ rarely), the group (the world, the two nodes, two cross-node pairs), blocking
 or async_op with the waits made later and out of order, and compute on the
 same stream before and after. Every result is checked. Resources (resident
 memory, open descriptors, threads, /dev/shm entries made since the first
-sample and left behind) are sampled after the first tenth of the run and at its end; the last line is
-"RESOURCES <json>"."""
+sample and left behind) are sampled after the first tenth of the run and at
+its end; the last line is "RESOURCES <json>"."""
 
 import ctypes
 import datetime
