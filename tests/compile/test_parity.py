@@ -183,3 +183,29 @@ class TestFallback:
         assert any(n.startswith("cpp_fused") for n in names), names
         assert counter.frame_count == 1
         close(out, fn(x))
+
+    @pytest.mark.parametrize("case", ["nonzero_static", "max_unpool2d_channels_last"])
+    def test_fallback_kernel_returns_the_layout_its_meta_function_promises(self, case):
+        # Inductor calls these through the eager kernel and asserts its
+        # result's sizes and strides against the meta function's. The CPU's
+        # kernels answer row-major (n, ndim) for nonzero_static (the meta
+        # function, as CUDA, column-major) and channels_last for max_unpool2d
+        # of a channels_last input (the meta function: contiguous).
+        if case == "nonzero_static":
+            def fn(x):
+                return torch.nonzero_static(x.relu(), size=6) * 2
+
+            args = (torch.randn(5, 4),)
+        else:
+            def fn(x, idx):
+                return torch.nn.functional.max_unpool2d(x.sin(), idx, 2) + 1
+
+            pooled, idx = torch.nn.functional.max_pool2d(torch.randn(2, 3, 8, 8), 2,
+                                                         return_indices=True)
+            args = (pooled.contiguous(memory_format=torch.channels_last),
+                    idx.contiguous(memory_format=torch.channels_last))
+        out, codes, counter = compile_and_run(fn, *[a.to(DEVICE) for a in args])
+        code = "\n".join(codes)
+        assert "assert_size_stride" in code, code
+        assert counter.frame_count == 1
+        close(out, fn(*args))

@@ -163,36 +163,12 @@ SAMPLE_SKIPS = {
 # Where the device's kernel answers otherwise, the op is listed here, and the
 # sweep records the difference instead of failing the sample; the summary
 # prints each entry's example, and an entry whose op no longer differs fails
-# the summary (delete it). Every BUG here is open work of #42: the kernel
-# should return the meta function's layout, as convolution now does.
-_CPU_LAYOUT = (f"BUG: the {DEVICE} kernel is the CPU's, which answers with "
-               "TensorIterator's layout")
-STRIDE_DIFFERENCES = {
-    **{name: f"{_CPU_LAYOUT} for a broadcast or 0-d operand; the meta function "
-       "(a Python reference registered for Meta) lays the result out otherwise. The CPU "
-       "differs too, and so would CUDA, whose kernels are TensorIterator's as well: "
-       "following the meta function here would part from CUDA's eager layout, so the "
-       "fix may belong in PyTorch's reference rather than in the backend"
-       for name in ("copysign", "div.floor_rounding", "floor_divide", "ldexp", "logaddexp",
-                    "logical_and", "logical_or", "logical_xor", "heaviside")},
-    **{name: f"BUG: the {DEVICE} kernel is the CPU's: in eval mode it returns empty "
-       "save_mean and save_invstd where the meta function (torch._decomp: 'CPU and CUDA "
-       "give different shapes') promises the running statistics' (C,), as CUDA returns; "
-       "and its output is contiguous where the meta function keeps a transposed or "
-       "channels_last input's layout (or, for 2-d inputs, promises a column-major one)"
-       for name in ("native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update",
-                    "nn.functional.batch_norm")},
-    **{name: f"{_CPU_LAYOUT.replace('TensorIterator', 'the input')}: channels_last in, "
-       "channels_last out; the meta function promises a contiguous result"
-       for name in ("nn.functional.pad.reflect", "nn.functional.pad.replicate",
-                    "nn.functional.pixel_shuffle", "nn.functional.channel_shuffle",
-                    "nn.functional.max_unpool2d", "nn.functional.max_unpool2d.grad")},
-    **{name: f"{_CPU_LAYOUT} (the input's); the meta function lays the result out as "
-       "its first operand"
-       for name in ("normal", "native_dropout_backward", "nn.functional.nll_loss")},
-    "nonzero_static": f"{_CPU_LAYOUT.replace('TensorIterator', 'a row-major')} (n, ndim) "
-                      "result; the meta function promises it column-major",
-}
+# the summary (delete it). The ops whose CPU kernels differed are laid out as
+# promised by the openreg kernels (openreg_python/csrc/aten/MetaLayout.cpp's
+# kPromisedLayout); an op the sweep flags belongs there, or here with a reason
+# while it is open work:
+#   STRIDE_DIFFERENCES = {"op name": "BUG: why its result differs"}
+STRIDE_DIFFERENCES: dict = {}
 
 # Variants of the sweep ("channels_last", "transposed") that an op's CPU kernel
 # does not take: the CPU result is not an oracle there.

@@ -15,6 +15,7 @@
 
 #include "DeviceCheck.h"
 #include "KernelView.h"
+#include "MetaLayout.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -51,9 +52,14 @@ at::Tensor cpu_masked_scale(const at::Tensor& x, const at::Tensor& keep, double 
   return out;
 }
 
+// The meta function lays the result out as a contiguous tensor where the
+// CPU's iterator keeps the operands' layout (MetaLayout.cpp).
 at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
-  return dropout_masked_scale(grad, mask, scale, "aten::native_dropout_backward",
-                              /*scale_in_place=*/false);
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::native_dropout_backward", "");
+  return in_promised_layout(op, {grad, mask, scale},
+                            dropout_masked_scale(grad, mask, scale, "aten::native_dropout_backward",
+                                                 /*scale_in_place=*/false));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "DeviceCheck.h"
 #include "Graph.h"
 #include "KernelView.h"
+#include "MetaLayout.h"
 #include "StackArgs.h"
 
 #include "Philox.h"
@@ -291,6 +292,11 @@ void unsupported_layout(const c10::OperatorHandle& op, c10::DispatchKeySet,
 void check_op_devices(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
                       size_t begin) {
   check_devices(schema, stack, begin);
+}
+
+void run_cpu_kernel_boxed(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                          torch::jit::Stack* stack) {
+  openreg_fallback<false>(op, ks, stack);
 }
 
 void register_structured_kernels() {

@@ -91,7 +91,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OPENREG_CPU_KERNEL(m, "_log_softmax_backward_data", at::cpu::_log_softmax_backward_data);
   OPENREG_CPU_KERNEL(m, "native_layer_norm", at::cpu::native_layer_norm);
   OPENREG_CPU_KERNEL(m, "native_layer_norm_backward", at::cpu::native_layer_norm_backward);
-  OPENREG_CPU_KERNEL(m, "native_batch_norm", at::cpu::native_batch_norm);
+  // native_batch_norm: MetaLayout.cpp (the meta function's layout and eval statistics).
   OPENREG_CPU_KERNEL(m, "native_batch_norm_backward", at::cpu::native_batch_norm_backward);
 
   // Embedding and indexing ------------------------------------------------------

@@ -23,6 +23,7 @@
 // the generator handling, and compute the same positions from Philox.
 #include "DeviceCheck.h"
 #include "KernelView.h"
+#include "MetaLayout.h"
 #include "Philox.h"
 
 #include "../runtime/OpenRegGenerator.h"
@@ -346,8 +347,13 @@ at::Tensor normal_tf(const at::Tensor& mean, double std, std::optional<at::Gener
 at::Tensor normal_ft(double mean, const at::Tensor& std, std::optional<at::Generator> gen) {
   return at::native::templates::normal_impl<NormalKernel, OpenRegGeneratorImpl>(mean, std, gen);
 }
+// The meta function lays the result out as `mean` where the CPU's iterator
+// picks the operands' common layout (MetaLayout.cpp).
 at::Tensor normal_tt(const at::Tensor& mean, const at::Tensor& std, std::optional<at::Generator> gen) {
-  return at::native::templates::normal_impl<NormalKernel, OpenRegGeneratorImpl>(mean, std, gen);
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::normal", "Tensor_Tensor");
+  return in_promised_layout(
+      op, {mean, std, c10::IValue()},
+      at::native::templates::normal_impl<NormalKernel, OpenRegGeneratorImpl>(mean, std, gen));
 }
 at::Tensor& normal_tf_out(const at::Tensor& mean, double std, std::optional<at::Generator> gen, at::Tensor& out) {
   return at::native::templates::normal_out_impl<NormalKernel, OpenRegGeneratorImpl>(out, mean, std, gen);
