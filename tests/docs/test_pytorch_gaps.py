@@ -805,3 +805,22 @@ class TestCompileGaps:
     @gap(28, "Inductor: mode='reduce-overhead' (cudagraph trees) uses graphs on CUDA only")
     def test_reduce_overhead_uses_the_device_graphs(self, children):
         outcome(children, "reduce_overhead")
+
+    @gap(32, "convolution: _determine_backend_memory_format answers contiguous for every "
+         "*_overrideable device but XPU, so a PrivateUse1 conv cannot promise channels_last")
+    def test_convolution_can_promise_channels_last(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        def promised(device):
+            cl = torch.channels_last
+            x = torch.randn(2, 8, 6, 6, device=device).contiguous(memory_format=cl)
+            w = torch.randn(8, 8, 3, 3, device=device).contiguous(memory_format=cl)
+            mode = FakeTensorMode()
+            fx, fw = mode.from_tensor(x), mode.from_tensor(w)
+            with mode:
+                return torch.nn.functional.conv2d(fx, fw).is_contiguous(memory_format=cl)
+
+        assert promised("cpu"), "the CPU's convolution promises channels_last here"
+        if not promised("openreg"):
+            raise PyTorchGap("FakeTensor promises a contiguous openreg convolution result for "
+                             "a channels_last input and weight (the CPU's: channels_last)")

@@ -33,6 +33,22 @@ at::Tensor in_format(at::Tensor t, at::MemoryFormat fmt) {
 }
 // [docs:conv-memory-format:end]
 
+// [docs:conv-weight-format]
+// The CPU kernel computes in channels_last when the input *or* the weight is
+// channels_last, reordering the other operands, and its result would then
+// be reordered back to the promised layout. Where the promise is contiguous
+// and only the weight is channels_last (what Inductor's layout optimisation
+// makes of an openreg conv graph, whose convolutions FakeTensor promises
+// contiguous), the weight is brought to
+// the promised layout instead: one small copy where there would be three
+// of the activations (the input in, the result out; grad_input in the backward).
+at::Tensor weight_for(const at::Tensor& w, const at::Tensor& input, at::MemoryFormat fmt) {
+  if (fmt != at::MemoryFormat::Contiguous || w.dim() < 4 || w.is_contiguous()) return w;
+  if (input.suggest_memory_format() != at::MemoryFormat::Contiguous) return w;
+  return w.contiguous();
+}
+// [docs:conv-weight-format:end]
+
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias,
                                     c10::IntArrayRef stride, c10::IntArrayRef padding,
@@ -48,9 +64,9 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   at::Tensor out;
   const auto fmt = promised_format(input, weight);
   launch_kernel(device, "aten::convolution_overrideable", [&] {
-    out = in_format(
-        at::convolution(in, w, b, stride, padding, dilation, transposed, output_padding, groups),
-        fmt);
+    out = in_format(at::convolution(in, weight_for(w, in, fmt), b, stride, padding, dilation,
+                                    transposed, output_padding, groups),
+                    fmt);
   });
   return set.unwrap(out);
 }
@@ -69,8 +85,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   std::vector<int64_t> bias_sizes{weight.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
   const auto fmt = promised_format(input, weight);
   launch_kernel(device, "aten::convolution_backward_overrideable", [&] {
-    r = at::convolution_backward(go, in, w, bias_sizes, stride, padding, dilation, transposed,
-                                 output_padding, groups, output_mask);
+    r = at::convolution_backward(go, in, weight_for(w, in, fmt), bias_sizes,
+                                 stride, padding, dilation, transposed, output_padding, groups,
+                                 output_mask);
     std::get<0>(r) = in_format(std::get<0>(r), fmt);  // as FakeTensor: grad_input and
     std::get<1>(r) = in_format(std::get<1>(r), fmt);  // grad_weight in the promised format
   });
