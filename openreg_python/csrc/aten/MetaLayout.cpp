@@ -50,7 +50,6 @@ namespace {
 
 struct Geometry {
   std::vector<int64_t> sizes, strides;
-  c10::ScalarType dtype;
 };
 // One entry per result of the operator: the meta function's geometry of a
 // tensor result, or nothing (not a tensor, or the meta function could not
@@ -182,7 +181,7 @@ std::shared_ptr<const Promise> compute_promise(const c10::OperatorHandle& op,
   for (size_t j = 0; j < promise->size() && j < meta.size(); ++j) {
     if (!meta[j].isTensor() || !meta[j].toTensor().defined()) continue;
     const at::Tensor& m = meta[j].toTensor();
-    (*promise)[j] = Geometry{m.sizes().vec(), m.strides().vec(), m.scalar_type()};
+    (*promise)[j] = Geometry{m.sizes().vec(), m.strides().vec()};
   }
   return promise;
 }
@@ -288,13 +287,11 @@ void promised_layout_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet k
 at::Tensor in_promised_layout(const c10::OperatorHandle& op,
                               std::initializer_list<c10::IValue> args, at::Tensor result) {
   if (graph_inline_depth != 0 || !result.defined()) return result;
-  torch::jit::Stack stack(args);
-  std::shared_ptr<const Promise> promise = promise_for(op, stack, 0);
-  if (!promise || promise->empty() || !(*promise)[0]) return result;
-  const Geometry& g = *(*promise)[0];
-  if (result.sizes() != c10::IntArrayRef(g.sizes) || !significant_strides_differ(result, g))
-    return result;
-  return relaid(result, g);
+  std::shared_ptr<const Promise> promise = promise_for(op, torch::jit::Stack(args), 0);
+  if (!promise) return result;
+  torch::jit::Stack results{std::move(result)};
+  keep_promise(*promise, results, 0);
+  return results[0].toTensor();
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -303,8 +300,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     // A graph node of it may call the CPU kernel on aliases (its results are
     // the capture's, laid out from the meta function); not batch norm, whose
     // eval-mode statistics the CPU kernel would leave empty.
-    const std::string s(name);
-    if (s.find("batch_norm") == std::string::npos) note_cpu_kernel_op(name);
+    const std::string full(name);
+    const size_t dot = full.find('.');
+    const c10::OperatorName op_name("aten::" + full.substr(0, dot),
+                                    dot == std::string::npos ? "" : full.substr(dot + 1));
+    if (!has_eval_statistics(op_name)) note_cpu_kernel_op(op_name);
   }
 }
 
