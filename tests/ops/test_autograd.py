@@ -106,8 +106,11 @@ class TestDeviceThreadOpenMP:
     # A graph replay queued behind an asynchronous copy from pinned memory (as
     # in the CUDA graphs recipe) runs on the runtime's stream worker
     # ("openreg_w0"; on an idle stream it runs on the calling thread): an
-    # operator written in Python, after an openreg kernel in the same graph,
-    # records that thread's OpenMP width and name.
+    # operator whose CPU kernel is written in Python (openreg runs it through
+    # its fallback, which the capture records as a node; a kernel registered
+    # for the device itself would run at capture, as on CUDA), after an
+    # openreg kernel in the same graph, records that thread's OpenMP width
+    # and name.
     REPLAY = textwrap.dedent("""
         import threading, torch
         torch.set_num_threads(2)
@@ -119,7 +122,7 @@ class TestDeviceThreadOpenMP:
                          torch.get_num_threads()))
             names.append(open(f"/proc/self/task/{threading.get_native_id()}/comm").read().strip())
             return x.clone()
-        lib.impl("width", width, "PrivateUse1")
+        lib.impl("width", width, "CPU")
         lib.impl("width", lambda x: torch.empty_like(x), "Meta")
         x = torch.ones(4, device="openreg")
         g = torch.accelerator.Graph()

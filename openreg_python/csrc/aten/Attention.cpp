@@ -25,6 +25,7 @@
 // attention_backward_kernel with your fused kernels; keep the checks, the
 // choice function, the output contract (shapes/dtypes as in torch's meta
 // function for this op) and the seed handling.
+#include "CaptureHook.h"
 #include "AttentionDropoutCache.h"
 #include "DeviceCheck.h"
 #include "KernelView.h"
@@ -527,9 +528,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
 // [docs:sdpa-register]
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
-  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_overrideable));
-  m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
-         TORCH_FN(sdpa_overrideable_backward));
+  OPENREG_CAPTURABLE_IMPL(m, "_scaled_dot_product_fused_attention_overrideable", sdpa_overrideable);
+  OPENREG_CAPTURABLE_IMPL(m, "_scaled_dot_product_fused_attention_overrideable_backward", sdpa_overrideable_backward);
 }
 
 }  // namespace torch_openreg

@@ -1,6 +1,7 @@
 // Convolution: ATen routes every non-CPU/CUDA/MKLDNN backend to the
 // *_overrideable entry points, which a backend must implement. Here they run
 // the CPU convolution (oneDNN/im2col) in place on device memory.
+#include "CaptureHook.h"
 #include "DeviceCheck.h"
 #include "KernelView.h"
 
@@ -97,8 +98,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
-  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
+  OPENREG_CAPTURABLE_IMPL(m, "convolution_overrideable", convolution_overrideable);
+  OPENREG_CAPTURABLE_IMPL(m, "convolution_backward_overrideable", convolution_backward_overrideable);
 }
 
 }  // namespace torch_openreg

@@ -11,6 +11,7 @@
 // and structured kernels (the at::cpu:: namespace).
 #pragma once
 
+#include "CaptureHook.h"
 #include "DeviceCheck.h"
 #include "KernelView.h"
 
@@ -285,8 +286,16 @@ struct CpuKernel;
 
 template <class R, class... A, R (*Fn)(A...), const char* Name>
 struct CpuKernel<Fn, Name> {
-  // [docs:cpu-kernel-call]
   static R call(A... args) {
+    // A graph capture may take the call first (CaptureHook.h).
+    if (C10_LIKELY(!capture_may_intercept())) return run(std::forward<A>(args)...);
+    static const c10::OperatorHandle op = capture_op_handle(Name);
+    return capture_or_run<R, A...>(op, [&]() -> R { return run(std::forward<A>(args)...); },
+                                   args...);
+  }
+
+  // [docs:cpu-kernel-call]
+  static R run(A... args) {
     using namespace cpu_kernel;
     // Same-device rules first (DeviceCheck.h): nothing runs on a mix.
     static const OpDeviceInfo& info = device_info_for(Name);

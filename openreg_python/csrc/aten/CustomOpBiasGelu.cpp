@@ -8,6 +8,7 @@
 //
 // Vendor: rename the namespace, keep the pattern; the body of
 // bias_gelu_compute is where your device kernel is launched.
+#include "CaptureHook.h"
 #include "CustomOps.h"
 
 #include <ATen/Dispatch.h>
@@ -190,8 +191,8 @@ Tensor fused_bias_gelu_autograd(const Tensor& x, const Tensor& bias) {
 // The same kernels serve openreg and CPU tensors (run_on_device_of picks the
 // device's stream or the host).
 void impl_bias_gelu_kernels(torch::Library& m) {
-  m.impl("fused_bias_gelu", TORCH_FN(fused_bias_gelu_kernel));
-  m.impl("fused_bias_gelu_backward", TORCH_FN(fused_bias_gelu_backward_kernel));
+  OPENREG_CAPTURABLE_IMPL(m, "fused_bias_gelu", fused_bias_gelu_kernel);
+  OPENREG_CAPTURABLE_IMPL(m, "fused_bias_gelu_backward", fused_bias_gelu_backward_kernel);
 }
 
 }  // namespace

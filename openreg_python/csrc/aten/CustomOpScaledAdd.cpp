@@ -15,6 +15,7 @@
 //
 // Vendor: rename the namespace, keep the pattern; the body of the impl is
 // where your device kernel is launched.
+#include "CaptureHook.h"
 #include "CustomOps.h"
 
 #include <ATen/ExpandUtils.h>
@@ -312,9 +313,11 @@ Tensor& scaled_add_out_autograd(const Tensor& self, const Tensor& other, const a
 // false: shapes only (Meta).
 template <bool run_impl>
 void impl_scaled_add(torch::Library& m) {
-  m.impl("scaled_add", TORCH_FN(scaled_add<run_impl>));
-  m.impl("scaled_add.out", TORCH_FN(scaled_add_out<run_impl>));
-  m.impl("scaled_add_", TORCH_FN(scaled_add_<run_impl>));
+  // With the graph capture's hook in front (CaptureHook.h), which lets
+  // calls on CPU and meta tensors through untouched.
+  OPENREG_CAPTURABLE_IMPL(m, "scaled_add", scaled_add<run_impl>);
+  OPENREG_CAPTURABLE_IMPL(m, "scaled_add.out", scaled_add_out<run_impl>);
+  OPENREG_CAPTURABLE_IMPL(m, "scaled_add_", scaled_add_<run_impl>);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 // multiplies, so NaN and inf propagate as they do in CUDA's kernel
 // (x * 0 is NaN for x = inf), unlike a select.
 // Vendor: a real device fuses the mask draw in too (Philox seed/offset).
+#include "CaptureHook.h"
 #include "Dropout.h"
 
 #include "DeviceCheck.h"
@@ -80,7 +81,7 @@ at::Tensor dropout_masked_scale(const at::Tensor& x, const at::Tensor& keep, dou
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
+  OPENREG_CAPTURABLE_IMPL(m, "native_dropout_backward", native_dropout_backward);
 }
 
 }  // namespace torch_openreg

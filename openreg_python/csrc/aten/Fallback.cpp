@@ -8,6 +8,7 @@
 // metadata. Random operators without an openreg kernel of their own draw
 // from the openreg generator through a CPU engine seeded from it (see
 // bridge_generator), and `device=` arguments are mapped.
+#include "CaptureHook.h"
 #include "DeviceCheck.h"
 #include "Graph.h"
 #include "KernelView.h"
@@ -211,8 +212,8 @@ void alias_arguments(const c10::FunctionSchema& schema, torch::jit::Stack& stack
 // call on the aliases goes through the dispatcher again (below autograd)
 // and finds whichever kernel the CPU would run.
 template <bool Quantized>
-void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
-                      torch::jit::Stack* stack) {
+void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
+                  torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t begin = stack->size() - schema.arguments().size();
 
@@ -274,6 +275,17 @@ void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   // [docs:fallback-run:end]
 }
 
+// The fallback as registered: a graph capture may take the call first
+// (CaptureHook.h), as it may at every openreg kernel.
+// [docs:kernel-capture-hook]
+template <bool Quantized>
+void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                      torch::jit::Stack* stack) {
+  if (captured_boxed(op, ks, stack, &run_fallback<Quantized>)) return;
+  run_fallback<Quantized>(op, ks, stack);
+}
+// [docs:kernel-capture-hook:end]
+
 // Sparse and sparse-CSR openreg tensors are not supported: say so
 // clearly, naming the operator and the tensor kind, instead of the
 // dispatcher's generic "could not run ... with arguments from the
@@ -296,7 +308,7 @@ void check_op_devices(const c10::FunctionSchema& schema, const torch::jit::Stack
 
 void run_cpu_kernel_boxed(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                           torch::jit::Stack* stack) {
-  openreg_fallback<false>(op, ks, stack);
+  run_fallback<false>(op, ks, stack);  // (the caller has its own capture hook)
 }
 
 void register_structured_kernels() {
@@ -314,13 +326,6 @@ void register_structured_kernels() {
     static auto* lib = new torch::Library(torch::Library::IMPL, "aten",
                                           c10::DispatchKey::PrivateUse1,
                                           __FILE__, __LINE__);
-    // A graph capture records an operator that has a composite kernel as
-    // the operator openreg runs (Graph.cpp), not as the composite kernel,
-    // which the dispatcher would otherwise prefer to the capture's fallback,
-    // would split it up (mse_loss into mse_loss.out on a scalar, ...).
-    static auto* capture_lib = new torch::Library(torch::Library::IMPL, "aten",
-                                                  c10::DispatchKey::CustomRNGKeyId,
-                                                  __FILE__, __LINE__);
     static auto* qlib = new torch::Library(torch::Library::IMPL, "aten",
                                            c10::DispatchKey::QuantizedPrivateUse1,
                                            __FILE__, __LINE__);
@@ -346,12 +351,6 @@ void register_structured_kernels() {
       const bool composite =
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
-      if (composite) {
-        std::string full = name.name.substr(6);
-        if (!name.overload_name.empty()) full += "." + name.overload_name;
-        capture_lib->impl(full.c_str(),
-                          torch::CppFunction::makeFromBoxedFunction<&capture_fallback>());
-      }
       if (!composite || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
         continue;

@@ -6,10 +6,9 @@
 // (KernelView.h): re-running one would allocate new results instead of
 // writing the captured ones. So the capture works one level up, per
 // operator, below autograd:
-//   * while a capture runs, the capturing thread (and the autograd threads
-//     it starts, which inherit its dispatch-key TLS) includes one dispatch
-//     key, kCaptureKey, whose boxed fallback (capture_fallback) sees every
-//     operator call before the openreg kernels do;
+//   * while a capture runs, every openreg kernel asks the capture first
+//     (CaptureHook.h): a call on a capturing stream, in any thread, is
+//     decided on here (capture_action) before the kernel would run;
 //   * an operator on a capturing stream is not run: its results' shapes
 //     come from its meta kernel, they are allocated at once (from the
 //     graph's private pool, as any allocation on a capturing stream), and
@@ -26,6 +25,7 @@
 // Vendor: with a device whose kernels take their arguments by value (most
 // real ones), the runtime capture of the kernels' own launches is enough and
 // this file is not needed; GraphImpl.cpp is what you keep.
+#include "CaptureHook.h"
 #include "Graph.h"
 #include "GraphCapture.h"
 
@@ -42,7 +42,6 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/flat_hash_map.h>
 #include <torch/library.h>
 
@@ -137,23 +136,10 @@ Kind classify(const c10::FunctionSchema& schema) {
   TORCH_CHECK(false, why, " [", runtime, "]");
 }
 
-// Runs `f` as work done at capture time (not recorded, not a node).
-template <class F>
-void at_capture(F&& f) {
-  ++graph_inline_depth;
-  try {
-    f();
-  } catch (...) {
-    --graph_inline_depth;
-    throw;
-  }
-  --graph_inline_depth;
-}
-
 // One operator call on a capturing stream, as the steps below see it.
 struct Call {
   const c10::OperatorHandle& op;
-  torch::jit::Stack* stack;
+  const torch::jit::Stack* stack;
   size_t begin;                   // its arguments are stack[begin...]
   c10::DeviceIndex device;
   orStream_t stream;              // the capturing stream
@@ -168,7 +154,7 @@ struct Call {
   }
 };
 
-// [docs:graph-capture-fallback]
+// [docs:graph-capture-call]
 // Copies from or to the host (or another device) are the runtime's to
 // record or refuse (an async copy from pinned memory is recorded, a
 // blocking one to the host invalidates the capture): true for a call that
@@ -240,7 +226,6 @@ torch::jit::Stack meta_results(const Call& c) {
     }
   }
   try {
-    c10::impl::ExcludeDispatchKeyGuard no_capture(kCaptureKey);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     c.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const std::exception& e) {
@@ -276,7 +261,6 @@ at::Tensor written_result(const Call& c, const c10::AliasInfo& ra, const c10::IV
   const at::Tensor m = mv.toTensor();
   if (t.sizes() != m.sizes() || t.strides() != m.strides()) {
     // An out= argument the operator resizes: resized now, written at replay.
-    c10::impl::ExcludeDispatchKeyGuard no_capture(kCaptureKey);
     at_capture([&] {
       t.resize_(m.sizes());
       if (t.strides() != m.strides()) t.as_strided_(m.sizes(), m.strides(), t.storage_offset());
@@ -292,7 +276,6 @@ Results allocate_results(const Call& c, const torch::jit::Stack& meta) {
       r.fresh_undefined = true;
       return m;
     }
-    c10::impl::ExcludeDispatchKeyGuard no_capture(kCaptureKey);
     at::Tensor t = at::empty_strided(m.sizes(), m.strides(),
                                      m.options().device(c10::DeviceType::PrivateUse1, c.device));
     r.fresh.push_back(t);
@@ -376,64 +359,89 @@ void reserve_random(const Call& c, const Results& r, Node& node) {
   node.rng->op = c.schema().name().c_str();
 }
 
-// Records the call as a node on the capturing stream and returns its results.
-void record(const Call& c) {
+// Records the call as a node on the capturing stream and puts its results
+// on `stack` in place of its arguments.
+void record(const Call& c, torch::jit::Stack* stack) {
   const torch::jit::Stack meta = meta_results(c);
   Results r = allocate_results(c, meta);
   bool through_out = false;
   std::unique_ptr<Node> node = make_node(c, r, &through_out);
   reserve_random(c, r, *node);
-  node->prepared = prepare_node(*node, c.op);  // (random nodes are not prepared)
+  // (random nodes are not prepared)
+  node->prepared = at_capture([&] { return prepare_node(*node, c.op); });
   record_accesses(c.capture_id, *node, through_out, r.fresh);
   Node* raw = node.release();
   orError_t err = orLaunchKernelOwned(c.stream, &run_node, raw, &delete_node,
                                       c.schema().name().c_str(), 0);
   OPENREG_CHECK(err);  // (the runtime deleted the node if it failed)
-  torch::jit::drop(*c.stack, c.n());
-  for (auto& v : r.values) c.stack->push_back(std::move(v));
+  torch::jit::drop(*stack, c.n());
+  for (auto& v : r.values) stack->push_back(std::move(v));
 }
 
-}  // namespace
-
-void capture_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
-                      torch::jit::Stack* stack) {
-  const auto below = ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kCaptureKey);
-  if (g_graph_captures.load(std::memory_order_relaxed) == 0 || graph_inline_depth != 0)
-    return op.redispatchBoxed(below, stack);
+// The call as the steps above see it, when its device's current stream
+// captures (else nullopt).
+std::optional<Call> capturing_call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const c10::FunctionSchema& schema = op.schema();
-  const size_t begin = stack->size() - schema.arguments().size();
-  const auto device = stack_device(*stack, begin, stack->size());
-  if (!device) return op.redispatchBoxed(below, stack);
+  const size_t begin = stack.size() - schema.arguments().size();
+  const auto device = stack_device(stack, begin, stack.size());
+  if (!device) return std::nullopt;
   const orStream_t stream = currentNativeStream(*device);
   orStreamCaptureStatus status = orStreamCaptureStatusNone;
   unsigned long long capture_id = 0;
   OPENREG_CHECK(orStreamGetCaptureInfo(stream, &status, &capture_id));
-  if (status == orStreamCaptureStatusNone) return op.redispatchBoxed(below, stack);
-  const Call call{op, stack, begin, *device, stream, capture_id,
-                  c10::str("'", schema.operator_name(), "'")};
+  if (status == orStreamCaptureStatusNone) return std::nullopt;
+  Call call{op, &stack, begin, *device, stream, capture_id,
+            c10::str("'", schema.operator_name(), "'")};
   TORCH_CHECK(status == orStreamCaptureStatusActive, "openreg: ", call.what,
               " was called on a stream whose capture was invalidated by an earlier error; "
               "end the capture (it fails) and capture again");
+  return call;
+}
 
-  switch (classify(schema)) {
+}  // namespace
+
+CaptureAction capture_action(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const std::optional<Call> call = capturing_call(op, stack);
+  if (!call) return CaptureAction::Run;
+  switch (classify(op.schema())) {
     case Kind::AtCapture:  // views only compute metadata
-      return at_capture([&] { op.redispatchBoxed(below, stack); });
+      return CaptureAction::RunAtCapture;
     case Kind::HostSync:
-      fail_capture(stream, c10::str("openreg: ", call.what, " needs a value on the host (it "
-                                    "synchronizes with the device), which is not permitted "
-                                    "while the stream is capturing a graph; the capture is "
-                                    "invalidated. Move it out of the captured region"));
+      fail_capture(call->stream, c10::str("openreg: ", call->what, " needs a value on the host "
+                                          "(it synchronizes with the device), which is not "
+                                          "permitted while the stream is capturing a graph; the "
+                                          "capture is invalidated. Move it out of the captured "
+                                          "region"));
     case Kind::Record:
       break;
   }
-  if (passes_to_runtime(call)) return op.redispatchBoxed(below, stack);
-  check_op_devices(schema, *stack, begin);
-  record(call);
+  if (passes_to_runtime(*call)) return CaptureAction::Run;
+  check_op_devices(op.schema(), stack, call->begin);
+  return CaptureAction::Record;
 }
-// [docs:graph-capture-fallback:end]
 
-TORCH_LIBRARY_IMPL(_, CustomRNGKeyId, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&capture_fallback>());
+void capture_record(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
+                    torch::jit::Stack* stack) {
+  const std::optional<Call> call = capturing_call(op, *stack);
+  TORCH_INTERNAL_ASSERT(call, "openreg graph capture: ", op.schema().operator_name(),
+                        " is not on a capturing stream");
+  record(*call, stack);
+}
+// [docs:graph-capture-call:end]
+
+c10::OperatorHandle capture_op_handle(const char* name) {
+  std::string full(name);
+  const size_t dot = full.find('.');
+  std::string base = full.substr(0, dot);
+  const std::string overload = dot == std::string::npos ? "" : full.substr(dot + 1);
+  auto& d = c10::Dispatcher::singleton();
+  if (base.find("::") != std::string::npos) {
+    if (auto op = d.findOp({base, overload})) return *op;
+  } else {
+    for (const char* ns : {"aten::", "openreg::"})
+      if (auto op = d.findOp({ns + base, overload})) return *op;
+  }
+  TORCH_INTERNAL_ASSERT(false, "openreg graph capture: no operator named ", name);
 }
 
 }  // namespace torch_openreg

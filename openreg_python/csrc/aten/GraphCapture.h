@@ -2,13 +2,14 @@
 // recorded nodes (GraphNode.cpp) and the graph object (GraphImpl.cpp) share.
 // Graph.h is the glue's public side (the bindings').
 //
-// How the three fit: GraphImpl's capture_begin turns on kCaptureKey in the
-// capturing thread; the key's fallback (capture_fallback) turns each
-// operator call on a capturing stream into a Node, launched on the stream
-// with orLaunchKernelOwned; the runtime keeps the nodes in the graph, and a
-// replay runs them (run_node) in order.
+// How the three fit: GraphImpl's capture_begin counts a capture running;
+// every openreg kernel's hook (CaptureHook.h) then hands each operator call
+// on a capturing stream to the capture (capture_record), which turns it into
+// a Node, launched on the stream with orLaunchKernelOwned; the runtime keeps
+// the nodes in the graph, and a replay runs them (run_node) in order.
 #pragma once
 
+#include "CaptureHook.h"
 #include "KernelView.h"
 #include "Sanitizer.h"
 
@@ -29,14 +30,6 @@
 #include <vector>
 
 namespace torch_openreg {
-
-// The key whose fallback records operators during a capture. Unused by
-// PyTorch's own operators (it exists for out-of-tree random generators);
-// it sits above the backends and below autograd.
-constexpr c10::DispatchKey kCaptureKey = c10::DispatchKey::CustomRNGKeyId;
-
-// openreg captures running in the process (the fallback's fast exit).
-extern std::atomic<int> g_graph_captures;
 
 // ---------------------------------------------------------------- tensors of a call
 // openreg tensors rebuilt with the same geometry over other storages, one

@@ -19,11 +19,9 @@
 #include "../runtime/OpenRegStream.h"
 
 #include <ATen/core/GraphImplInterface.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <atomic>
 #include <mutex>
-#include <thread>
 
 namespace torch_openreg {
 
@@ -100,9 +98,6 @@ class OpenRegGraph final : public at::GraphImplInterface {
     device_ = device;
     stream_ = stream;
     capturing_ = true;
-    capture_thread_ = std::this_thread::get_id();
-    key_was_included_ = c10::impl::tls_is_dispatch_key_included(kCaptureKey);
-    c10::impl::tls_set_dispatch_key_included(kCaptureKey, true);
     g_graph_captures.fetch_add(1);
   }
 
@@ -183,14 +178,12 @@ class OpenRegGraph final : public at::GraphImplInterface {
   }
 
  private:
-  // The glue's side of ending a capture: the fallback, the allocator's
+  // The glue's side of ending a capture: the kernels' hook, the allocator's
   // routing and the generator. Returns the graph's random-offset increment.
   uint64_t stop_capturing() {
     capturing_ = false;
     accesses_ = take_accesses(capture_id_);
     g_graph_captures.fetch_sub(1);
-    if (std::this_thread::get_id() == capture_thread_)
-      c10::impl::tls_set_dispatch_key_included(kCaptureKey, key_was_included_);
     endAllocateToPool(device_, capture_id_);
     std::lock_guard<std::mutex> lock(gen_->mutex_);
     return gen_->capture_epilogue();
@@ -214,8 +207,6 @@ class OpenRegGraph final : public at::GraphImplInterface {
   bool capturing_ = false;
   bool has_graph_ = false;
   bool pool_held_ = false;
-  bool key_was_included_ = false;
-  std::thread::id capture_thread_;
   c10::DeviceIndex device_ = 0;
   c10::Stream stream_{c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, 0)};
   unsigned long long capture_id_ = 0;

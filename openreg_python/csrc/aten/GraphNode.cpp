@@ -8,7 +8,6 @@
 
 #include "../runtime/OpenRegGenerator.h"
 
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/flat_hash_map.h>
 
 #include <mutex>
@@ -27,7 +26,6 @@ orError_t run_node(void* p) {
   }
   orError_t result = orSuccess;
   try {
-    c10::impl::ExcludeDispatchKeyGuard no_capture(kCaptureKey);
     if (n->prepared) {
       // Prepared at capture (GraphPrepared.cpp): the kernel alone.
       KernelScope scope(n->device);

@@ -360,7 +360,6 @@ std::unique_ptr<PreparedNode> prepare_node(const Node& node, const c10::Operator
       auto it = iterator_makers().find(name);
       if (it != iterator_makers().end()) {
         try {
-          c10::impl::ExcludeDispatchKeyGuard no_capture(kCaptureKey);
           if (auto made = it->second(*iter_args)) {
             ++g_stats[2];
             return made;

@@ -28,6 +28,7 @@
 #include "MetaLayout.h"
 
 #include "Graph.h"
+#include "CaptureHook.h"
 #include "GraphCapture.h"
 #include "KernelView.h"
 #include "StackArgs.h"
@@ -36,7 +37,6 @@
 #include <ATen/OpMathType.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/LegacyTypeDispatch.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/flat_hash_map.h>
 #include <torch/library.h>
 
@@ -172,7 +172,6 @@ std::shared_ptr<const Promise> compute_promise(const c10::OperatorHandle& op,
   torch::jit::Stack meta;
   if (!meta_arguments(schema, stack, begin, meta)) return promise;
   try {
-    c10::impl::ExcludeDispatchKeyGuard no_capture(kCaptureKey);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const std::exception&) {
@@ -261,8 +260,8 @@ void eval_statistics(const torch::jit::Stack& args, torch::jit::Stack& stack,
   save_invstd = set.unwrap(si);
 }
 
-void promised_layout_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
-                            torch::jit::Stack* stack) {
+void promised_layout_run(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                         torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   const size_t begin = stack->size() - nargs;
@@ -280,6 +279,12 @@ void promised_layout_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet k
   const size_t first_result = stack->size() - schema.returns().size();
   if (eval_stats) eval_statistics(eval_args, *stack, first_result);
   if (promise) keep_promise(*promise, *stack, first_result);
+}
+
+void promised_layout_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                            torch::jit::Stack* stack) {
+  if (captured_boxed(op, ks, stack, &promised_layout_run)) return;
+  promised_layout_run(op, ks, stack);
 }
 
 }  // namespace

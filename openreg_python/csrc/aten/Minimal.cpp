@@ -2,6 +2,7 @@
 // (empty, empty_strided), metadata/view ops, resizing, set_, copies between
 // devices and _local_scalar_dense. Everything else goes through the
 // zero-copy fallback (Fallback.cpp) or the native kernels of later files.
+#include "CaptureHook.h"
 #include "Dropout.h"
 #include "KernelView.h"
 
@@ -308,17 +309,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
-  m.impl("resize_", TORCH_FN(resize_));
+  OPENREG_CAPTURABLE_IMPL(m, "resize_", resize_);
   m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
   m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
   m.impl("set_", TORCH_FN(set_empty));
-  m.impl("copy_", TORCH_FN(copy_));
-  m.impl("_copy_from", TORCH_FN(_copy_from));
-  m.impl("_copy_from_and_resize", TORCH_FN(_copy_from_and_resize));
-  m.impl("aten::_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  OPENREG_CAPTURABLE_IMPL(m, "copy_", copy_);
+  OPENREG_CAPTURABLE_IMPL(m, "_copy_from", _copy_from);
+  OPENREG_CAPTURABLE_IMPL(m, "_copy_from_and_resize", _copy_from_and_resize);
+  OPENREG_CAPTURABLE_IMPL(m, "aten::_local_scalar_dense", local_scalar_dense);
   m.impl("record_stream", TORCH_FN(record_stream));
-  m.impl("native_dropout", TORCH_FN(native_dropout));
+  OPENREG_CAPTURABLE_IMPL(m, "native_dropout", native_dropout);
 }
 
 // [docs:quantized-views]

@@ -6,6 +6,7 @@
 //
 // Vendor: this is where a backend registers its own kernels. The list below
 // is the set worth optimising first for typical training workloads.
+#include "CaptureHook.h"
 #include "CpuKernel.h"
 
 #include <ATen/CPUFunctions.h>
@@ -160,8 +161,8 @@ at::Tensor& addr_(at::Tensor& self, const at::Tensor& vec1, const at::Tensor& ve
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("mode.values", TORCH_FN(mode_values));
-  m.impl("addr_", TORCH_FN(addr_));
+  OPENREG_CAPTURABLE_IMPL(m, "mode.values", mode_values);
+  OPENREG_CAPTURABLE_IMPL(m, "addr_", addr_);
 }
 
 }  // namespace torch_openreg

@@ -21,6 +21,7 @@
 //
 // Vendor: these are your device's RNG kernels; keep the registration and
 // the generator handling, and compute the same positions from Philox.
+#include "CaptureHook.h"
 #include "DeviceCheck.h"
 #include "KernelView.h"
 #include "MetaLayout.h"
@@ -488,27 +489,27 @@ void multinomial_with_replacement(at::Tensor& result, const at::Tensor& self, in
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("uniform_", TORCH_FN(uniform_));
-  m.impl("normal_", TORCH_FN(normal_));
-  m.impl("normal.Tensor_float", TORCH_FN(normal_tf));
-  m.impl("normal.float_Tensor", TORCH_FN(normal_ft));
-  m.impl("normal.Tensor_Tensor", TORCH_FN(normal_tt));
-  m.impl("normal.Tensor_float_out", TORCH_FN(normal_tf_out));
-  m.impl("normal.float_Tensor_out", TORCH_FN(normal_ft_out));
-  m.impl("normal.Tensor_Tensor_out", TORCH_FN(normal_tt_out));
-  m.impl("log_normal_", TORCH_FN(log_normal_));
-  m.impl("exponential_", TORCH_FN(exponential_));
-  m.impl("geometric_", TORCH_FN(geometric_));
-  m.impl("cauchy_", TORCH_FN(cauchy_));
-  m.impl("random_", TORCH_FN(random_));
-  m.impl("random_.from", TORCH_FN(random_from));
-  m.impl("random_.to", TORCH_FN(random_to));
-  m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_tensor_));
-  m.impl("bernoulli_.float", TORCH_FN(bernoulli_scalar_));
-  m.impl("bernoulli.out", TORCH_FN(bernoulli_out));
-  m.impl("multinomial", TORCH_FN(multinomial));
-  m.impl("multinomial.out", TORCH_FN(multinomial_out));
-  m.impl("randperm.generator_out", TORCH_FN(randperm_out));
+  OPENREG_CAPTURABLE_IMPL(m, "uniform_", uniform_);
+  OPENREG_CAPTURABLE_IMPL(m, "normal_", normal_);
+  OPENREG_CAPTURABLE_IMPL(m, "normal.Tensor_float", normal_tf);
+  OPENREG_CAPTURABLE_IMPL(m, "normal.float_Tensor", normal_ft);
+  OPENREG_CAPTURABLE_IMPL(m, "normal.Tensor_Tensor", normal_tt);
+  OPENREG_CAPTURABLE_IMPL(m, "normal.Tensor_float_out", normal_tf_out);
+  OPENREG_CAPTURABLE_IMPL(m, "normal.float_Tensor_out", normal_ft_out);
+  OPENREG_CAPTURABLE_IMPL(m, "normal.Tensor_Tensor_out", normal_tt_out);
+  OPENREG_CAPTURABLE_IMPL(m, "log_normal_", log_normal_);
+  OPENREG_CAPTURABLE_IMPL(m, "exponential_", exponential_);
+  OPENREG_CAPTURABLE_IMPL(m, "geometric_", geometric_);
+  OPENREG_CAPTURABLE_IMPL(m, "cauchy_", cauchy_);
+  OPENREG_CAPTURABLE_IMPL(m, "random_", random_);
+  OPENREG_CAPTURABLE_IMPL(m, "random_.from", random_from);
+  OPENREG_CAPTURABLE_IMPL(m, "random_.to", random_to);
+  OPENREG_CAPTURABLE_IMPL(m, "bernoulli_.Tensor", bernoulli_tensor_);
+  OPENREG_CAPTURABLE_IMPL(m, "bernoulli_.float", bernoulli_scalar_);
+  OPENREG_CAPTURABLE_IMPL(m, "bernoulli.out", bernoulli_out);
+  OPENREG_CAPTURABLE_IMPL(m, "multinomial", multinomial);
+  OPENREG_CAPTURABLE_IMPL(m, "multinomial.out", multinomial_out);
+  OPENREG_CAPTURABLE_IMPL(m, "randperm.generator_out", randperm_out);
 }
 
 }  // namespace torch_openreg

@@ -7,6 +7,7 @@
 // nn.LSTMCell and nn.GRUCell fail on openreg. The math and the workspace
 // layout follow the CUDA kernels, so the autograd formulas that consume the
 // workspace work unchanged; each cell runs as one kernel on the device.
+#include "CaptureHook.h"
 #include "DeviceCheck.h"
 #include "KernelView.h"
 
@@ -143,10 +144,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_thnn_fused_lstm_cell", TORCH_FN(fused_lstm_cell));
-  m.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(fused_lstm_cell_backward));
-  m.impl("_thnn_fused_gru_cell", TORCH_FN(fused_gru_cell));
-  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(fused_gru_cell_backward));
+  OPENREG_CAPTURABLE_IMPL(m, "_thnn_fused_lstm_cell", fused_lstm_cell);
+  OPENREG_CAPTURABLE_IMPL(m, "_thnn_fused_lstm_cell_backward_impl", fused_lstm_cell_backward);
+  OPENREG_CAPTURABLE_IMPL(m, "_thnn_fused_gru_cell", fused_gru_cell);
+  OPENREG_CAPTURABLE_IMPL(m, "_thnn_fused_gru_cell_backward", fused_gru_cell_backward);
 }
 
 }  // namespace torch_openreg

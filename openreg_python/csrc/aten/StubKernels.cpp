@@ -16,6 +16,7 @@
 // The kernel is an elementwise loop over the iterator's device pointers,
 // the shape of a real device kernel. Other stubs follow the same pattern.
 
+#include "CaptureHook.h"
 #include "KernelView.h"
 
 #include <ATen/Dispatch.h>
@@ -133,9 +134,9 @@ Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const at::Sca
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("addcmul", TORCH_FN(addcmul));
-  m.impl("addcmul.out", TORCH_FN(addcmul_out));
-  m.impl("addcmul_", TORCH_FN(addcmul_));
+  OPENREG_CAPTURABLE_IMPL(m, "addcmul", addcmul);
+  OPENREG_CAPTURABLE_IMPL(m, "addcmul.out", addcmul_out);
+  OPENREG_CAPTURABLE_IMPL(m, "addcmul_", addcmul_);
 }
 
 }  // namespace torch_openreg
