@@ -299,16 +299,20 @@ class OpenRegCppWrapperCodegen(CppWrapperCpu):
                 kernel_name, call_args, device=device, triton=triton,
                 arg_types=arg_types, **kwargs)
         index = self._device_index(device)
-        args = []
-        for arg, arg_type in zip(call_args, arg_types):
-            if isinstance(arg_type, str) and "*" in arg_type:
-                args.append(f"({arg_type})(openreg_inductor::kernel_ptr({arg}, view))")
-            else:
-                args.append(str(arg))
         self.writeline("{")
         self.writeline(f"    const intptr_t view = orInductorKernelViewOffset({index});")
+        # The arguments are evaluated here and the body holds them by value:
+        # a launch on a capturing stream is replayed after this scope ends.
+        names = []
+        for i, (arg, arg_type) in enumerate(zip(call_args, arg_types)):
+            if isinstance(arg_type, str) and "*" in arg_type:
+                value = f"({arg_type})(openreg_inductor::kernel_ptr({arg}, view))"
+            else:
+                value = str(arg)
+            self.writeline(f"    const auto a{i} = {value};")
+            names.append(f"a{i}")
         self.writeline(f'    static const char* const name = orInductorInternName("{kernel_name}");')
-        self.writeline(f"    auto body = [&] {{ {kernel_name}({', '.join(args)}); }};")
+        self.writeline(f"    const auto body = [=] {{ {kernel_name}({', '.join(names)}); }};")
         self.writeline(f"    openreg_inductor::launch({index}, name, body);")
         self.writeline("}")
 

@@ -85,10 +85,12 @@ class Kernel {
       }
     }
     if (device < 0) device = current_device();
-    Call call{entry_, argv.data()};
     char err[512];
     int rc;
-    {
+    if (C10_UNLIKELY(orInductorIsCapturing(device))) {
+      rc = launch_owned(device, slots, err, sizeof(err));
+    } else {
+      Call call{entry_, argv.data()};
       py::gil_scoped_release nogil;
       rc = orInductorLaunch(
           device, name_, [](void* c) { auto* k = static_cast<Call*>(c); k->entry(k->argv); },
@@ -105,6 +107,26 @@ class Kernel {
     return static_cast<int>(c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
                                 ->getDevice()
                                 .index());
+  }
+
+  // A launch on a capturing stream: the graph keeps a copy of the argument
+  // slots (addresses and scalars by value, as CUDA copies kernel
+  // parameters), so a replay reads the same buffers as the capture did.
+  struct Owned {
+    Entry entry;
+    c10::SmallVector<Slot, 16> slots;
+    c10::SmallVector<void*, 16> argv;
+  };
+
+  int launch_owned(int device, const c10::SmallVector<Slot, 16>& slots, char* err,
+                   size_t errlen) const {
+    auto* owned = new Owned{entry_, slots, {}};
+    owned->argv.resize(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i)
+      owned->argv[i] = kinds_[i] == 'p' ? owned->slots[i].p : &owned->slots[i];
+    return orInductorLaunchOwned(
+        device, name_, [](void* c) { auto* o = static_cast<Owned*>(c); o->entry(o->argv.data()); },
+        owned, [](void* c) { delete static_cast<Owned*>(c); }, err, errlen);
   }
 
   const char* name_;

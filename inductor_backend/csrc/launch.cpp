@@ -11,6 +11,8 @@
 #include "runtime/OpenRegFunctions.h"
 #include "runtime/OpenRegStream.h"
 
+#include <c10/util/Exception.h>
+
 namespace {
 
 struct Ctx {
@@ -57,6 +59,77 @@ extern "C" int orInductorLaunch(int device, const char* name, orInductorKernelFn
   return 1;
 }
 // [docs:launch-compiled:end]
+
+namespace {
+
+// A launch whose arguments the runtime keeps (a graph may replay it).
+struct Owned {
+  orInductorKernelFn fn;
+  void* arg;
+  void (*release)(void*);
+  const char* name;
+};
+
+orError_t run_owned(void* p) {
+  auto* c = static_cast<Owned*>(p);
+  std::string error;
+  try {
+    c->fn(c->arg);
+    return orSuccess;
+  } catch (const std::exception& e) {
+    error = e.what();
+  } catch (...) {
+    error = "unknown C++ exception";
+  }
+  // A replay's failure, like a failing CUDA kernel's, is reported by the next
+  // synchronization; the reason goes to the warning handler.
+  TORCH_WARN("openreg: compiled kernel ", c->name, " failed: ", error);
+  return orErrorLaunchFailure;
+}
+
+void delete_owned(void* p) {
+  auto* c = static_cast<Owned*>(p);
+  if (c->release) c->release(c->arg);
+  delete c;
+}
+
+}  // namespace
+
+// [docs:launch-compiled-owned]
+extern "C" int orInductorLaunchOwned(int device, const char* name, orInductorKernelFn fn,
+                                     void* arg, void (*release)(void*), char* err,
+                                     size_t errlen) {
+  orStream_t stream = nullptr;
+  try {
+    stream = torch_openreg::currentNativeStream(device);
+  } catch (const std::exception& e) {  // e.g. an invalid device index
+    if (release) release(arg);
+    std::snprintf(err, errlen, "openreg:%d: compiled kernel %s: %s", device, name, e.what());
+    return 1;
+  }
+  // The runtime deletes the Owned (and releases arg) whatever happens.
+  const orError_t rc = orLaunchKernelOwned(stream, run_owned, new Owned{fn, arg, release, name},
+                                           delete_owned, name, orLaunchSynchronous);
+  if (rc == orSuccess) return 0;
+  std::string why = orGetErrorString(rc);
+  if (const char* msg = orGetLastErrorMessage(); msg && *msg) why = msg;
+  orGetLastError();
+  std::snprintf(err, errlen, "openreg:%d: compiled kernel %s failed: %s", device, name,
+                why.c_str());
+  return 1;
+}
+// [docs:launch-compiled-owned:end]
+
+extern "C" int orInductorIsCapturing(int device) {
+  try {
+    orStreamCaptureStatus status = orStreamCaptureStatusNone;
+    if (orStreamIsCapturing(torch_openreg::currentNativeStream(device), &status) != orSuccess)
+      return 0;
+    return status != orStreamCaptureStatusNone ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
 
 extern "C" const char* orInductorInternName(const char* name) {
   static std::mutex mu;

@@ -50,12 +50,22 @@ inline void* kernel_ptr(AtenTensorHandle t, intptr_t view_offset) {
 
 // Runs body() as the kernel `name` on `device`'s current stream, after the
 // stream's earlier work (as the Python wrapper's kernels and eager ops do).
-// `name` must live as long as the process (orInductorInternName).
+// `name` must live as long as the process (orInductorInternName). `body`
+// holds its arguments by value (the wrapper's [=] lambda): on a capturing
+// stream the graph keeps a copy of it, which each replay runs.
 template <class Body>
-inline void launch(int device, const char* name, Body& body) {
+inline void launch(int device, const char* name, const Body& body) {
   char err[512];
-  const int rc = orInductorLaunch(
-      device, name, [](void* b) { (*static_cast<Body*>(b))(); }, &body, err, sizeof(err));
+  int rc;
+  if (orInductorIsCapturing(device)) {
+    rc = orInductorLaunchOwned(
+        device, name, [](void* b) { (*static_cast<Body*>(b))(); }, new Body(body),
+        [](void* b) { delete static_cast<Body*>(b); }, err, sizeof(err));
+  } else {
+    rc = orInductorLaunch(
+        device, name, [](void* b) { (*static_cast<const Body*>(b))(); },
+        const_cast<Body*>(&body), err, sizeof(err));
+  }
   if (rc != 0) throw std::runtime_error(err);
 }
 // [docs:cpp-wrapper-launch:end]

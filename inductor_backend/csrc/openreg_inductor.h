@@ -40,6 +40,22 @@ OPENREG_INDUCTOR_API int orInductorLaunch(int device, const char* name,
                                           orInductorKernelFn fn, void* ctx,
                                           char* err, size_t errlen);
 
+/* As orInductorLaunch, but the runtime owns `ctx`: `release(ctx)` is called
+ * once the kernel has run or, when the stream is capturing a graph, when the
+ * graph that recorded the launch is destroyed (then the launch is recorded,
+ * not run, and each replay calls fn(ctx) again). For launches during a
+ * capture, whose arguments must outlive the call: orInductorIsCapturing.
+ * `release` may be NULL. A kernel that fails in a replay makes the replay
+ * fail (reported at the next synchronization, the reason as a warning). */
+OPENREG_INDUCTOR_API int orInductorLaunchOwned(int device, const char* name,
+                                               orInductorKernelFn fn, void* ctx,
+                                               void (*release)(void* ctx),
+                                               char* err, size_t errlen);
+
+/* 1 when `device`'s current stream is capturing a graph (a launch must then
+ * give its arguments to the runtime: orInductorLaunchOwned), else 0. */
+OPENREG_INDUCTOR_API int orInductorIsCapturing(int device);
+
 /* A copy of `name` that lives as long as the process (one per distinct name). */
 OPENREG_INDUCTOR_API const char* orInductorInternName(const char* name);
 
