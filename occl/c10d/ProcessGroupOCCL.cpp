@@ -150,6 +150,19 @@ c10::intrusive_ptr<WorkOCCL> ProcessGroupOCCL::run(
   orStream_t os = nativeStream(occl_stream);
   orStream_t cur = currentNativeStream(device.index());
 
+  // The OCCL stream stays part of a capture that forked it until that
+  // capture ends: a collective from outside the capture (another thread,
+  // another stream) would be recorded into it, or run beside its replays.
+  orStreamCaptureStatus cur_status = orStreamCaptureStatusNone, os_status = cur_status;
+  unsigned long long cur_capture = 0, os_capture = 0;
+  or_check(orStreamGetCaptureInfo(cur, &cur_status, &cur_capture), "orStreamGetCaptureInfo");
+  or_check(orStreamGetCaptureInfo(os, &os_status, &os_capture), "orStreamGetCaptureInfo");
+  TORCH_CHECK(os_status == orStreamCaptureStatusNone ||
+                  (cur_status != orStreamCaptureStatusNone && cur_capture == os_capture),
+              "OCCL ", name, " on rank ", getRank(), ": the process group's collectives are being "
+              "captured into a graph (capture ", os_capture, ") by another thread or stream; "
+              "the group cannot be used outside that capture until it ends");
+
   orEvent_t ready;
   or_check(orEventCreateWithFlags(&ready, orEventDisableTiming), "orEventCreateWithFlags");
   or_check(orEventRecord(ready, cur), "orEventRecord");
@@ -159,12 +172,24 @@ c10::intrusive_ptr<WorkOCCL> ProcessGroupOCCL::run(
     for (auto& t : *list)
       if (t.defined() && t.storage()) t.record_stream(occl_stream);
 
+  // [docs:occl-run-capture]
+  // On a capturing stream (the OCCL stream joined the caller's capture
+  // through `ready`), liboccl records the operation into the graph: the Work
+  // is complete for the host at once and nothing watches it (as NCCL, HCCL
+  // and XCCL skip work enqueue and their watchdog while capturing).
+  orStreamCaptureStatus capture_status = orStreamCaptureStatusNone;
+  or_check(orStreamIsCapturing(os, &capture_status), "orStreamIsCapturing");
+  const bool captured = capture_status != orStreamCaptureStatusNone;
   auto work = c10::make_intrusive<WorkOCCL>(
       sh_, getRank(), type, ++seq_, name,
       outputs, inputs);
   work->device_ = device;
-  or_check(orEventCreate(&work->start_), "orEventCreate");
-  or_check(orEventCreate(&work->end_), "orEventCreate");
+  work->captured_ = work->done_ = captured;
+  // (A capture records no timing: getDuration() then fails, as on CUDA.)
+  const unsigned event_flags = captured ? orEventDisableTiming : 0;
+  or_check(orEventCreateWithFlags(&work->start_, event_flags), "orEventCreate");
+  or_check(orEventCreateWithFlags(&work->end_, event_flags), "orEventCreate");
+  // [docs:occl-run-capture:end]
   or_check(orEventRecord(work->start_, os), "orEventRecord");
   occlResult_t r = fn(comm, os);
   if (r != occlSuccess) {

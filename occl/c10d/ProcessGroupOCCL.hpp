@@ -83,6 +83,11 @@ class WorkOCCL : public c10d::Work {
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_back_;
   std::shared_ptr<int> source_ = std::make_shared<int>(-1);
 
+  // Enqueued while the caller's stream captured a graph: liboccl recorded
+  // the operation into the graph, so there is nothing for the host to wait
+  // for or to watch; consumers wait on the stream (end_), in the graph.
+  bool captured_ = false;
+
   mutable std::mutex mu_;
   bool done_ = false;
   bool copied_back_ = false;

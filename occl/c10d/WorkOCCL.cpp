@@ -94,6 +94,10 @@ void WorkOCCL::synchronize() { block_current_stream(); }
 // kernel launches wait for their stream anyway (docs/streams.md), so the
 // host-side wait costs no overlap.
 bool WorkOCCL::wait(std::chrono::milliseconds timeout) {
+  if (captured_) {  // recorded into a graph: only stream order (NCCL's behaviour in a capture)
+    block_current_stream();
+    return true;
+  }
   if (timeout == kNoTimeout) {
     or_check(orEventSynchronize(end_), "orEventSynchronize");
   } else {
@@ -121,6 +125,8 @@ bool WorkOCCL::wait(std::chrono::milliseconds timeout) {
 void WorkOCCL::abort() { sh_->release(/*abort=*/true); }
 
 float WorkOCCL::getDuration() const {
+  TORCH_CHECK(!captured_, "OCCL ", name_, ": a collective recorded into a graph has no duration "
+              "(a capture records no timing)");
   float ms = 0;
   TORCH_CHECK(orEventElapsedTime(&ms, start_, end_) == orSuccess,
               "OCCL: the work has not completed");
@@ -137,6 +143,13 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkOCCL::getFuture() {
     finished = done_;
   }
   (void)finished;
+  if (captured_) {
+    // Completed now, as a device future: its consumers' streams wait on an
+    // event recorded on the OCCL stream, which is part of the capture.
+    c10::OptionalStreamGuard guard(sh_->stream);
+    future_->markCompleted(c10::IValue(outputs_));
+    return future_;
+  }
   sh_->watch(c10::intrusive_ptr<WorkOCCL>::reclaim_copy(this));  // completed in order
   return future_;
 }

@@ -72,6 +72,10 @@ struct Attempt {
 occlResult_t enqueue(occlComm* c, const char* name, std::string describe, orStream_t stream,
                      std::function<void(const OpCtx&)> body, Attempt try_first = {});
 
+// Unregisters `c` from the graphs that captured its operations (their
+// replays then fail, naming it): before the communicator is deleted.
+void forget_captures(occlComm* c);
+
 // Host-side argument checks; each throws Error(occlInvalidArgument) naming
 // `call` and what was wrong.
 void check_stream(occlComm* c, orStream_t stream, const char* call);

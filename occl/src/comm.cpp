@@ -4,6 +4,7 @@
 //
 // Vendor: this is your collectives library's job (NCCL's bootstrap, its
 // shared-memory and network transports, its watchdog-visible async errors).
+#include "collectives.h"
 #include "internal.h"
 
 #include <fcntl.h>
@@ -458,6 +459,7 @@ occlResult_t occlCommSplit(occlComm_t comm, int color, int key, occlComm_t* newc
 
 occlResult_t occlCommDestroy(occlComm_t comm) {
   if (!comm) return occlSuccess;
+  forget_captures(comm);
   while (comm->inflight.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   delete comm;
   return occlSuccess;
@@ -466,6 +468,7 @@ occlResult_t occlCommDestroy(occlComm_t comm) {
 occlResult_t occlCommAbort(occlComm_t comm) {
   if (!comm) return occlSuccess;
   comm->aborting.store(true);
+  forget_captures(comm);
   for (occlComm* sub : {comm->local, comm->leaders})
     if (sub) sub->aborting.store(true);
   comm->fail(comm->completed.load() + 1, occlRemoteError,

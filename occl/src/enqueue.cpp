@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 
 namespace occl {
 
@@ -148,7 +149,8 @@ orError_t run_op(void* p) {
             op->name, (unsigned long long)op->seq, what.c_str(), ms,
             attempt ? " (inline)" : op->deferred ? " (deferred)" : "", ok ? "" : " FAILED");
   }
-  c->completed.store(op->seq, std::memory_order_release);
+  // (A graph replay's operation has no sequence number: enqueue.cpp's capture.)
+  if (op->seq) c->completed.store(op->seq, std::memory_order_release);
   c->inflight.fetch_sub(1);
   delete op;
   // Errors stay with the communicator (occlCommGetAsyncError), as with NCCL:
@@ -175,10 +177,155 @@ void check_stream(occlComm* c, orStream_t stream, const char* call) {
                                             "communicator to openreg:%d", call, dev, c->device));
 }
 
+// ------------------------------------------------------------ graph capture
+// [docs:occl-capture]
+// An operation enqueued on a capturing stream is recorded, not run: the
+// graph keeps its closure (buffers by address, counts by value), and each
+// replay runs a fresh copy of it in stream order, the attempt first where it
+// has one, as the eager call would, so a replay computes what the eager call
+// computes, bit for bit. The peers match it by the order collectives run in
+// (coll_seq), so every rank must replay its graphs in the same order as the
+// others, as with NCCL. A replayed operation takes no sequence number: those
+// belong to calls the host enqueued and waits for (occlCommQuerySeq); its
+// failure goes to the communicator's error and fails the replay.
+//
+// The graph refers to the communicator by id: occlCommDestroy and
+// occlCommAbort unregister it, and a replay after that fails, naming it.
+namespace {
+
+std::mutex g_live_mu;
+std::unordered_map<uint64_t, occlComm*>* g_live = new std::unordered_map<uint64_t, occlComm*>();
+std::atomic<uint64_t> g_next_id{1};
+
+struct CapturedOp {
+  uint64_t comm_id;
+  std::string comm_name;
+  int rank;
+  std::string name;  // "occl:allreduce (graph replay)": what its messages say
+  std::string describe;
+  std::function<void(const OpCtx&)> body;
+  Attempt try_first;
+};
+
+orError_t run_captured(void* p) {
+  const auto* cap = static_cast<const CapturedOp*>(p);
+  occlComm* c = nullptr;
+  {
+    std::lock_guard<std::mutex> g(g_live_mu);
+    auto it = g_live->find(cap->comm_id);
+    if (it != g_live->end()) {
+      c = it->second;
+      // One for run_op, one for the error check below: destroy waits for
+      // both, after unregistering.
+      c->inflight.fetch_add(2);
+    }
+  }
+  if (!c) {
+    fprintf(stderr, "[occl rank %d] %s on communicator %s, which was destroyed after the "
+                    "capture: the replay fails\n",
+            cap->rank, cap->name.c_str(), cap->comm_name.c_str());
+    return orErrorLaunchFailure;
+  }
+  auto* op = new Op{c, 0, cap->name.c_str(), cap->describe, cap->body, cap->try_first,
+                    std::this_thread::get_id(), false, {}};
+  // An attempt that gives up is finished here, on the replay's thread.
+  if (run_op(op) == orErrorNotReady) run_op(op);
+  bool failed;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> g(c->err_mu);
+    failed = c->error != occlSuccess;
+    why = c->error_msg;
+  }
+  c->inflight.fetch_sub(1);
+  if (failed) {
+    fprintf(stderr, "[occl rank %d] %s failed: %s\n", cap->rank, cap->name.c_str(), why.c_str());
+    return orErrorLaunchFailure;
+  }
+  return orSuccess;
+}
+
+void delete_captured(void* p) { delete static_cast<CapturedOp*>(p); }
+
+// The capture `stream` belongs to: {status, capture id}.
+std::pair<orStreamCaptureStatus, unsigned long long> capture_of(orStream_t stream) {
+  orStreamCaptureStatus status = orStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  if (!stream || orStreamGetCaptureInfo(stream, &status, &id) != orSuccess) {
+    orGetLastError();
+    return {orStreamCaptureStatusNone, 0};
+  }
+  return {status, id};
+}
+
+// A communicator whose operations a capture is recording may not be used
+// outside that capture (by another thread, or on a stream that is not part
+// of it) until the capture ends: a replay of the graph and the other use
+// would run on the communicator at the same time, each waiting for peers
+// that are in the other one. `capture_id` is the calling stream's (0: none).
+void check_capture_owner(occlComm* c, unsigned long long capture_id, const char* name) {
+  std::lock_guard<std::mutex> g(c->capture_mu);
+  if (!c->capture_stream || capture_id == c->capture_seq_id) return;
+  const auto [status, id] = capture_of(c->capture_stream);
+  if (status == orStreamCaptureStatusNone || id != c->capture_seq_id) {
+    c->capture_stream = nullptr;  // that capture is over
+    return;
+  }
+  throw Error(occlInvalidUsage,
+              format("%s: communicator %s is being captured into a graph (capture %llu); it "
+                     "cannot be used outside that capture (from another thread, or on a stream "
+                     "that is not part of the capture) until the capture ends",
+                     name, c->name.c_str(), c->capture_seq_id));
+}
+
+occlResult_t capture(occlComm* c, const char* name, std::string describe, orStream_t stream,
+                     unsigned long long capture_seq_id, std::function<void(const OpCtx&)> body,
+                     Attempt try_first) {
+  {
+    std::lock_guard<std::mutex> g(c->capture_mu);
+    c->capture_stream = stream;
+    c->capture_seq_id = capture_seq_id;
+  }
+  uint64_t id = c->capture_id.load();
+  if (id == 0) {
+    std::lock_guard<std::mutex> g(g_live_mu);
+    id = c->capture_id.load();
+    if (id == 0) {
+      id = g_next_id.fetch_add(1);
+      (*g_live)[id] = c;
+      c->capture_id.store(id);
+    }
+  }
+  auto* cap = new CapturedOp{id, c->name, c->rank, std::string(name) + " (graph replay)",
+                             std::move(describe), std::move(body), std::move(try_first)};
+  // The runtime owns the op from here (and deletes it if the launch fails).
+  if (orLaunchKernelOwned(stream, run_captured, cap, delete_captured, name,
+                          orLaunchNeverInline) != orSuccess) {
+    orGetLastError();
+    return set_last_error(occlInvalidUsage,
+                          format("%s: cannot be captured: %s", name, orGetLastErrorMessage()));
+  }
+  return occlSuccess;
+}
+
+}  // namespace
+
+void forget_captures(occlComm* c) {
+  if (c->capture_id.load() == 0) return;
+  std::lock_guard<std::mutex> g(g_live_mu);
+  g_live->erase(c->capture_id.load());
+}
+// [docs:occl-capture:end]
+
 occlResult_t enqueue(occlComm* c, const char* name, std::string describe, orStream_t stream,
                      std::function<void(const OpCtx&)> body, Attempt try_first) {
   if (c->aborting.load()) return set_last_error(occlRemoteError, std::string(name) + ": communicator aborted");
   check_stream(c, stream, name);
+  const auto [capturing, capture_seq_id] = capture_of(stream);
+  check_capture_owner(c, capturing == orStreamCaptureStatusNone ? 0 : capture_seq_id, name);
+  if (capturing != orStreamCaptureStatusNone)
+    return capture(c, name, std::move(describe), stream, capture_seq_id, std::move(body),
+                   std::move(try_first));
   auto* op = new Op{c, 0, name, std::move(describe), std::move(body), std::move(try_first),
                     std::this_thread::get_id(), false, {}};
   op->seq = c->enqueued.fetch_add(1) + 1;

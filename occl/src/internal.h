@@ -271,6 +271,15 @@ struct occlComm {
   std::atomic<uint64_t> completed{0};  // highest finished sequence number
   std::atomic<int> inflight{0};
   std::atomic<bool> aborting{false};
+  // Nonzero once a graph captured an operation of this communicator: the id
+  // the graph's nodes find it by (enqueue.cpp, forget_captures).
+  std::atomic<uint64_t> capture_id{0};
+  // The capture that last recorded an operation of this communicator (its
+  // stream and the runtime's capture id): while it is active, an operation
+  // outside it is refused (enqueue.cpp, check_capture_owner).
+  std::mutex capture_mu;
+  orStream_t capture_stream = nullptr;
+  unsigned long long capture_seq_id = 0;
   std::mutex err_mu;
   occlResult_t error = occlSuccess;  // first asynchronous error (sticky)
   uint64_t error_seq = 0;

@@ -75,6 +75,14 @@ class TestLibOccl:
         assert name == "occlRemoteError" and float(seconds) < 5, out
         assert "rank 1's TCP connection" in out and "seq" in out, out
 
+    def test_stream_capture_records_and_replays(self, tmp_path):
+        # (Also under make check-tsan: the replay runs liboccl on the runtime's threads.)
+        results = run_ranks("occl_lib.py", 2, timeout=120, args=(tmp_path, "capture"))
+        check_ok(results)
+        for _, out, err in results:
+            assert "REPLAY FAILED" in out and "OK" in out, out
+            assert "which was destroyed after the capture" in err, err[-2000:]
+
     def test_launch_is_asynchronous(self, tmp_path):
         check_ok(run_ranks("occl_lib.py", 2, timeout=60, args=(tmp_path, "async")))
 

@@ -177,14 +177,11 @@ void CachingAllocator::free_block_from_user(Block* block) {
       block->stream));
   if (!block->stream_uses.empty()) {
     // Not reusable until the other streams are done with it.
-    for (const c10::Stream& s : block->stream_uses) {
-      orEvent_t ev = nullptr;
-      OPENREG_CHECK(orEventCreateWithFlags(&ev, orEventDisableTiming));
-      OPENREG_CHECK(orEventRecord(ev, nativeStream(s)));
-      block->event_count++;
-      st.events.emplace_back(ev, block);
+    if (C10_UNLIKELY(!st.routes.empty())) {
+      st.events_deferred_until_no_capture.push_back(block);
+      return;
     }
-    block->stream_uses.clear();
+    insert_events(st, block);
     if (memcheck) process_events(st);  // at once if the streams are idle
     return;
   }
@@ -438,7 +435,25 @@ void CachingAllocator::free_segment(DeviceState& st, Block* b) {
   delete b;
 }
 
+void CachingAllocator::insert_events(DeviceState& st, Block* block) {
+  for (const c10::Stream& s : block->stream_uses) {
+    orEvent_t ev = nullptr;
+    OPENREG_CHECK(orEventCreateWithFlags(&ev, orEventDisableTiming));
+    OPENREG_CHECK(orEventRecord(ev, nativeStream(s)));
+    block->event_count++;
+    st.events.emplace_back(ev, block);
+  }
+  block->stream_uses.clear();
+}
+
 void CachingAllocator::process_events(DeviceState& st) {
+  // While a capture routes here, events recorded in it may be pending:
+  // nothing is queried (CUDA's allocator waits for the capture to end too).
+  if (C10_UNLIKELY(!st.routes.empty())) return;
+  if (C10_UNLIKELY(!st.events_deferred_until_no_capture.empty())) {
+    for (Block* b : st.events_deferred_until_no_capture) insert_events(st, b);
+    st.events_deferred_until_no_capture.clear();
+  }
   while (!st.events.empty()) {
     auto [ev, block] = st.events.front();
     orError_t r = orEventQuery(ev);
@@ -458,6 +473,10 @@ void CachingAllocator::process_events(DeviceState& st) {
 
 void CachingAllocator::synchronize_and_free_events(DeviceState& st) {
   st.stats.num_sync_all_streams++;
+  if (st.routes.empty() && !st.events_deferred_until_no_capture.empty()) {
+    for (Block* b : st.events_deferred_until_no_capture) insert_events(st, b);
+    st.events_deferred_until_no_capture.clear();
+  }
   for (auto& [ev, block] : st.events) {
     if (orEventSynchronize(ev) != orSuccess) orGetLastError();
     orEventDestroy(ev);

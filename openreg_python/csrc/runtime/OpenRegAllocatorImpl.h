@@ -130,6 +130,10 @@ struct DeviceState {
     b->live_prev = b->live_next = nullptr;
   }
   std::deque<std::pair<orEvent_t, Block*>> events;
+  // Freed blocks whose other streams' events wait until no capture routes
+  // on this device: an event recorded in a capture cannot be queried (the
+  // query would invalidate it), as CUDA's allocator defers them too.
+  std::vector<Block*> events_deferred_until_no_capture;
   DeviceStats stats;
   // set_per_process_memory_fraction: reserved bytes may not exceed `limit`.
   bool limited = false;
@@ -304,6 +308,7 @@ class CachingAllocator final : public c10::DeviceAllocator {
   void free_segment(DeviceState& st, Block* b);
   void process_events(DeviceState& st);
   void synchronize_and_free_events(DeviceState& st);
+  void insert_events(DeviceState& st, Block* block);
   void release_cached(DeviceState& st, c10::DeviceIndex device);
 
   // graph pools (OpenRegAllocatorPools.cpp)

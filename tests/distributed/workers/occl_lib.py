@@ -347,6 +347,43 @@ elif case == "bigchunk":
     with open("/proc/self/status") as f:
         hwm_kib = int(next(line for line in f if line.startswith("VmHWM:")).split()[1])
     print("OK", hwm_kib // 1024)
+elif case == "capture":
+    # An all-reduce (small: it has an attempt) and a large broadcast recorded
+    # in a stream capture: nothing runs at capture, each replay runs both on
+    # what the buffers hold then; after the communicator is destroyed, a
+    # replay fails instead of touching it.
+    n, nb = 1000, 3 * (1 << 20) // 4
+    d = to_dev(np.zeros(n, np.float32))
+    b = to_dev(np.zeros(nb, np.float32))
+    rt.stream_begin_capture(s, rt.CaptureModeGlobal)
+    comm.allreduce(d, d, n, "float32", "sum", stream=s)
+    comm.broadcast(b, b, nb, "float32", root=world - 1, stream=s)
+    g = rt.stream_end_capture(s)
+    assert rt.graph_node_count(g) == 2
+    x = rt.graph_instantiate(g)
+    for i in range(3):
+        xs = [data(30 + i, r, n, np.float32) for r in range(world)]
+        bs = [data(40 + i, r, nb, np.float32) for r in range(world)]
+        rt.memcpy(d, xs[rank].ctypes.data, xs[rank].nbytes, rt.HostToDevice)
+        rt.memcpy(b, bs[rank].ctypes.data, bs[rank].nbytes, rt.HostToDevice)
+        rt.graph_launch(x, s)
+        comm.synchronize(s)
+        np.testing.assert_allclose(from_dev(d, xs[rank]), sum(xs), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(from_dev(b, bs[rank]), bs[world - 1])
+    comm.barrier(stream=s)
+    comm.synchronize(s)
+    comm.destroy()
+    rt.graph_launch(x, s)
+    try:
+        rt.stream_synchronize(s)
+    except rt.OpenRegError as e:  # the replay's failure, at the stream's synchronization
+        print("REPLAY FAILED", e)
+    else:
+        raise AssertionError("a replay on a destroyed communicator did not fail")
+    rt.graph_exec_destroy(x)
+    rt.graph_destroy(g)
+    print("OK")
+    sys.exit(0)
 elif case == "invalid":
     d = to_dev(np.ones(10, np.float32))
     for call, why in [(lambda: comm.allreduce(d, d, 10, "float32", "band"), "band"),
