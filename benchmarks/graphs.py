@@ -22,6 +22,12 @@ It prints:
     20 nodes per graph, against the same operators launched eagerly on
     openreg and run on the CPU, and replayed without prepared nodes. Issue 35's target is a replayed tiny
     elementwise node at most 0.5 us; the floor is the arithmetic itself.
+  * a compiled training step (the MLP compiled with torch.compile, SGD eager):
+    the compiled step called eagerly against one replay of its capture
+    (docs/graphs.md, "Compiled code in a graph").
+  * a 2-rank DDP training step of the MLP on occl (two processes of this
+    script, --ddp-worker): eager DDP against one replay of the captured step,
+    bucketed all-reduces included. Issue 43's target: replay at most 0.5x eager.
 Each figure is a median over ROUNDS rounds of a median of timed loops, the
 variants interleaved round by round. The machines are noisy: read ratios,
 not absolute times. Nothing is asserted.
@@ -29,8 +35,12 @@ not absolute times. Nothing is asserted.
 
 import argparse
 import contextlib
+import json
 import os
+import socket
 import statistics
+import subprocess
+import sys
 
 import torch
 
@@ -174,6 +184,90 @@ def nodes(make, dev, k):
     return launch, graphs[0], graphs[1]
 
 
+def compiled_step(dev):
+    """The MLP step with the model compiled (SGD eager), warmed up (compiled)."""
+    _, model, opt, x, y = mlp_step(dev)
+    compiled = torch.compile(model)
+    loss_fn = torch.nn.MSELoss()
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss_fn(compiled(x), y).backward()
+        opt.step()
+    step()
+    return step
+
+
+def ddp_worker(rounds, inner, repeats):
+    """One rank of the DDP figure: eager DDP steps against replays of the
+    captured step, in lockstep with the other rank (each bench loop runs the
+    same collectives on both). Rank 0 prints one JSON line."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("occl", device_id=torch.device(DEV, 0))
+    loss_fn = torch.nn.MSELoss()
+
+    def make():
+        _, model, _, x, y = mlp_step(DEV)
+        s = torch.openreg.Stream()
+        s.wait_stream(torch.openreg.current_stream())
+        with torch.openreg.stream(s):  # DDP built and warmed up on a side stream
+            ddp = DDP(model)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.01, foreach=False)
+
+            def step():
+                opt.zero_grad(set_to_none=False)
+                loss_fn(ddp(x), y).backward()
+                opt.step()
+            for _ in range(11):
+                step()
+        torch.openreg.current_stream().wait_stream(s)
+        return step
+
+    eager_step = make()
+    g = torch.openreg.OpenRegGraph()
+    graph_step = make()
+    with torch.openreg.graph(g):
+        graph_step()
+    sync = torch.openreg.synchronize
+    eager, replay = [], []
+    for _ in range(rounds):
+        eager.append(bench(eager_step, sync, inner, repeats))
+        replay.append(bench(g.replay, sync, inner, repeats))
+    if rank == 0:
+        print(json.dumps({"eager": statistics.median(eager), "replay": statistics.median(replay)}),
+              flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def ddp_figures(rounds, inner, repeats):
+    """Runs two ranks of ddp_worker; rank 0's (eager, replay) seconds."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--ddp-worker", str(rounds), str(inner),
+             str(repeats)], env=env, stdout=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=600)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"the DDP ranks failed: {[p.returncode for p in procs]}")
+    fig = json.loads(outs[0].strip().splitlines()[-1])
+    return fig["eager"], fig["replay"]
+
+
 def forward_step(dev):
     """The MLP's forward and loss under no_grad: tiny operators only."""
     _, model, _, x, y = mlp_step(dev)
@@ -188,8 +282,14 @@ def forward_step(dev):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ddp-worker", nargs=3, type=int, metavar=("ROUNDS", "INNER", "REPEATS"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.ddp_worker:
+        return ddp_worker(*args.ddp_worker)
     rounds, inner, repeats = (3, 10, 3) if args.quick else (7, 50, 5)
+    # First, alone on the machine: the two DDP ranks.
+    ddp_e, ddp_r = ddp_figures(rounds, inner, repeats)
     sync = torch.openreg.synchronize
 
     eager_step = mlp_step(DEV)[0]
@@ -198,6 +298,8 @@ def main():
     k = 100
     launch, add_graph = additions(k)
 
+    comp_eager = compiled_step(DEV)
+    comp_graph = captured_step(compiled_step(DEV))
     fwd_eager = forward_step(DEV)
     fwd_graph = captured_step(forward_step(DEV))
     with prepare("0"):
@@ -209,6 +311,7 @@ def main():
 
     eager, replay, cpu, per_launch, per_replayed = [], [], [], [], []
     f_eager, f_replay, f_replay0, f_cpu = [], [], [], []
+    c_eager, c_replay = [], []
     by_kind = {name: ([], [], [], []) for name, _, _ in kinds}  # eager, replayed, dispatcher, cpu
     for _ in range(rounds):
         eager.append(bench(eager_step, sync, inner, repeats))
@@ -216,6 +319,8 @@ def main():
         cpu.append(bench(cpu_step, no_sync, inner, repeats))
         per_launch.append(bench(launch, sync, max(1, inner // 5), repeats) / k)
         per_replayed.append(bench(add_graph.replay, sync, max(1, inner // 5), repeats) / k)
+        c_eager.append(bench(comp_eager, sync, inner, repeats))
+        c_replay.append(bench(comp_graph.replay, sync, inner, repeats))
         f_eager.append(bench(fwd_eager, sync, inner, repeats))
         f_replay.append(bench(fwd_graph.replay, sync, inner, repeats))
         f_replay0.append(bench(fwd_graph0.replay, sync, inner, repeats))
@@ -232,6 +337,14 @@ def main():
     print(f"  eager openreg   {e * 1e6:9.1f} us")
     print(f"  replay openreg  {r * 1e6:9.1f} us   replay/eager = {r / e:.2f}x (target <= 0.3x)")
     print(f"  eager cpu       {c * 1e6:9.1f} us   (for scale)")
+    ce, cr = med(c_eager), med(c_replay)
+    print("the same step with the model compiled (torch.compile, SGD eager):")
+    print(f"  compiled        {ce * 1e6:9.1f} us")
+    print(f"  replay          {cr * 1e6:9.1f} us   replay/compiled = {cr / ce:.2f}x")
+    print("2-rank DDP step of the same MLP on occl (rank 0's figures):")
+    print(f"  eager DDP       {ddp_e * 1e6:9.1f} us")
+    print(f"  replay          {ddp_r * 1e6:9.1f} us   replay/eager DDP = {ddp_r / ddp_e:.2f}x "
+          f"(target <= 0.5x)")
     pl, pr = med(per_launch), med(per_replayed)
     print(f"per kernel (in-place add on 16 elements, {k} per graph):")
     print(f"  eager launch    {pl * 1e6:9.2f} us")

@@ -20,6 +20,8 @@ class TestGraphsBenchmarkRuns:
         assert r.returncode == 0, r.stderr
         assert re.search(r"replay/eager = \d+\.\d+x", r.stdout), r.stdout
         assert re.search(r"replayed/launch = \d+\.\d+x", r.stdout), r.stdout
+        assert re.search(r"replay/compiled = \d+\.\d+x", r.stdout), r.stdout
+        assert re.search(r"replay/eager DDP = \d+\.\d+x", r.stdout), r.stdout
         assert "forward-only step" in r.stdout, r.stdout
         assert re.search(r"replay, no prepared nodes\s+\d+\.\d+ us", r.stdout), r.stdout
         assert re.search(r"its nodes' kernels \d+% of the launch \(aten::", r.stdout), r.stdout
