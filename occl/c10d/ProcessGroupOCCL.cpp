@@ -177,9 +177,7 @@ c10::intrusive_ptr<WorkOCCL> ProcessGroupOCCL::run(
   // through `ready`), liboccl records the operation into the graph: the Work
   // is complete for the host at once and nothing watches it (as NCCL, HCCL
   // and XCCL skip work enqueue and their watchdog while capturing).
-  orStreamCaptureStatus capture_status = orStreamCaptureStatusNone;
-  or_check(orStreamIsCapturing(os, &capture_status), "orStreamIsCapturing");
-  const bool captured = capture_status != orStreamCaptureStatusNone;
+  const bool captured = cur_status != orStreamCaptureStatusNone;  // (checked above)
   auto work = c10::make_intrusive<WorkOCCL>(
       sh_, getRank(), type, ++seq_, name,
       outputs, inputs);

@@ -286,12 +286,10 @@ struct CpuKernel;
 
 template <class R, class... A, R (*Fn)(A...), const char* Name>
 struct CpuKernel<Fn, Name> {
+  // `run` with the graph capture's hook in front, as every hand-written
+  // kernel has it (CaptureHook.h).
   static R call(A... args) {
-    // A graph capture may take the call first (CaptureHook.h).
-    if (C10_LIKELY(!capture_may_intercept())) return run(std::forward<A>(args)...);
-    static const c10::OperatorHandle op = capture_op_handle(Name);
-    return capture_or_run<R, A...>(op, [&]() -> R { return run(std::forward<A>(args)...); },
-                                   args...);
+    return Capturable<R(A...), &CpuKernel::run, Name>::call(std::forward<A>(args)...);
   }
 
   // [docs:cpu-kernel-call]
