@@ -28,7 +28,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 CCACHE_ARGS = -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE)
 
-.PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue check-release relay check-memcheck
+.PHONY: demo test smoke build venv clean check-asan check-tsan check-asan-glue check-release relay check-memcheck check-models
 
 demo: build
 	$(PY) examples/demo.py
@@ -57,6 +57,13 @@ check-release: build
 	$(PY) -m pytest $(RELEASE_TESTS) -rxX $(PYTEST_ARGS)
 	$(PY) -m openreg_conformance --device openreg --dist-backend occl \
 	  --junit $(BUILD_DIR)/conformance.xml
+
+# The model suite (tests/models, docs/models.md) on one release: CI runs it on
+# each older release of the window (the newest runs it inside `make test`).
+# One process by default: CI runs it beside another lane.
+MODELS_WORKERS ?= 0
+check-models: build
+	$(PY) -m pytest tests/models -m models -n $(MODELS_WORKERS) -rs $(PYTEST_ARGS)
 
 # The relay job (docs/ci.md): check-release's three steps with JUnit output,
 # failures re-run and compared with the newest release, and the report for
