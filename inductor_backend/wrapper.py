@@ -6,9 +6,10 @@ returns the base class, kernel calls for other devices raise "device ... nyi",
 and the fast allocators exist only for those devices. These subclasses fill in
 openreg:
 
-* buffers come from ``torch.empty_strided(..., device='openreg:N')``: the
-  caching allocator, on the buffer's own device (Inductor enters no device
-  guard for non-GPU device types, so the index is spelled out);
+* buffers come from ``torch_openreg._C._empty_strided(size, stride, dtype, N)``:
+  the caching allocator called directly (as ``_empty_strided_cuda`` for CUDA
+  graphs), on the buffer's own device (Inductor enters no device guard for
+  non-GPU device types, so the index is spelled out);
 * a kernel call is a call of the kernel object that runtime.compile_kernel
   made: it launches on the current stream of the tensors' device.
 """
@@ -75,6 +76,9 @@ class _OpenRegPythonMixin:
         self.imports.writeline(
             "from torch_openreg.inductor.runtime import compile_kernel as openreg_compile"
         )
+        # Buffers: the allocator called directly, as _empty_strided_cuda for
+        # CUDA graphs (openreg_python/csrc/Module.cpp, [docs:fast-empty-strided]).
+        self.imports.writeline("from torch_openreg._C import _empty_strided as empty_strided_openreg")
 
     def _generate_kernel_call_helper(self, kernel_name: str, call_args, *, device=None,
                                      triton=True, **kwargs: Any) -> None:
@@ -119,8 +123,7 @@ class _OpenRegPythonMixin:
         alloc_size = self.codegen_python_shape_tuple(allocation_shape)
         strides = self.codegen_python_shape_tuple(stride)
         index = device.index if device.index is not None else 0
-        out = (f"{name} = empty_strided({alloc_size}, {strides}, "
-               f"device='openreg:{index}', dtype={dtype})")
+        out = f"{name} = empty_strided_openreg({alloc_size}, {strides}, {dtype}, {index})"
         if size != alloc_size:
             out += f".as_strided({size}, {strides})"
         return out

@@ -1,5 +1,7 @@
 """How torch.compile finds the openreg backend: lazily, and completely."""
 
+import re
+
 import pytest
 import torch
 
@@ -152,3 +154,56 @@ class TestCacheKey:
         assert config.backend_source_hash == ""
         system = CacheBase.get_system()
         assert system["device_interfaces"]["openreg"] == {"backend_source_hash": source_hash()}
+
+
+@pytest.mark.compile
+class TestBufferAllocation:
+    """Compiled graphs allocate their buffers with the allocator called
+    directly (torch_openreg._C._empty_strided, as _empty_strided_cuda for CUDA
+    graphs), on the buffer's device, with the layout Inductor planned."""
+
+    hw_classification = HW.ACCELERATOR
+
+    def test_compiled_buffers_come_from_the_fast_allocator(self):
+        from torch._inductor.utils import run_and_get_code
+
+        def f(x):
+            return (x - x.sum(dim=-1, keepdim=True)).t() * 2
+
+        torch._dynamo.reset()
+        for device in ("openreg:0", "openreg:1"):
+            x = torch.randn(6, 5, device=device)
+            out, codes = run_and_get_code(torch.compile(f), x)
+            code = "\n".join(codes)
+            index = device[-1]
+            assert re.search(rf"= empty_strided_openreg\(\([^\n]*torch\.float32, {index}\)",
+                             code), code
+            assert out.device == torch.device(device)
+            expected = f(x.cpu())
+            assert out.stride() == expected.stride()
+            torch.testing.assert_close(out.cpu(), expected)
+
+    def test_allocation_matches_empty_strided(self):
+        from torch_openreg._C import _empty_strided
+
+        t = _empty_strided((3, 4), (1, 3), torch.float16, 1)
+        ref = torch.empty_strided((3, 4), (1, 3), dtype=torch.float16, device="openreg:1")
+        assert (t.device, t.shape, t.stride(), t.dtype) == (ref.device, ref.shape, ref.stride(),
+                                                            ref.dtype)
+        assert _empty_strided((), (), torch.int64, 0).shape == ()
+
+    @pytest.mark.parametrize("args, error, message", [
+        (((2,), (1, 1), torch.float32, 0), RuntimeError,
+         "size has 1 dimensions but stride has 2"),
+        (([2], (1,), torch.float32, 0), TypeError, "size must be a tuple of ints, got list"),
+        (((2.0,), (1,), torch.float32, 0), TypeError, r"size\[0\] must be an int, got float"),
+        (((2,), (1,), "float32", 0), TypeError, "dtype must be a torch.dtype, got str"),
+        (((2,), (1,), torch.float32, 99), RuntimeError, "Invalid openreg device index 99"),
+        (((-1,), (1,), torch.float32, 0), RuntimeError, "negative dimension -1"),
+        (((2,), (1,), torch.float32), TypeError, "takes 4 arguments, got 3"),
+    ])
+    def test_bad_arguments_raise(self, args, error, message):
+        from torch_openreg._C import _empty_strided
+
+        with pytest.raises(error, match=message):
+            _empty_strided(*args)
