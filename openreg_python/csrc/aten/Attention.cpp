@@ -197,6 +197,22 @@ at::Tensor expand_heads(const at::Tensor& t, int64_t groups) {
   return groups == 1 ? t : t.repeat_interleave(groups, -3);
 }
 
+// The softmax over the last dimension, fully masked rows (all -inf) 0, as
+// at::_safe_softmax computes it, in vectorised passes: ATen's softmax over a
+// short last dimension runs scalar code (T5's attention, 12 keys: 52 us for a
+// (4, 4, 12, 12) float32 tensor on one thread, against 20 here). The row's
+// maximum is subtracted first, as ATen's kernel does, so large scores keep
+// their precision (a forward's float32 logsumexp would not: exp(s - lse)
+// loses 1e-5 relative where the scores reach a few hundred).
+at::Tensor safe_softmax_lastdim(const at::Tensor& s) {
+  at::Tensor m = s.amax(-1, /*keepdim=*/true);
+  m.masked_fill_(m.isneginf(), 0);  // a fully masked row: exp(-inf - 0) = 0
+  at::Tensor p = (s - m).exp_();
+  // Every other row sums to at least 1 (its maximum's exp(0)); a fully
+  // masked row sums to 0 and its probabilities stay 0.
+  return p.div_(p.sum(-1, /*keepdim=*/true).clamp_min_(1));
+}
+
 // Attention scores with masks applied, and their softmax, in `cdt`:
 // s = (q * scale) @ k^T + mask, causal positions above the diagonal -inf.
 // Fully masked rows get probabilities 0 (as the math path's _safe_softmax).
@@ -223,7 +239,7 @@ Scores scores_and_probs(const at::Tensor& q, const at::Tensor& k, const at::Tens
     auto allowed = at::ones({L, S}, r.s.options().dtype(at::kBool)).tril();
     r.s.masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
   }
-  r.p = at::_safe_softmax(r.s, -1);
+  r.p = safe_softmax_lastdim(r.s);
   return r;
 }
 
@@ -339,8 +355,9 @@ BackwardResult attention_backward_kernel(const at::Tensor& dout, const at::Tenso
   at::Tensor dp = at::matmul(g, vx.transpose(-2, -1));
   if (seed) dp.mul_(keep_scaled);
   // softmax backward: dS = P * (dP - rowsum(dP * P)); masked entries have P = 0.
-  // (ATen's fused CPU kernel for it, as the math path's autograd uses.)
-  at::Tensor ds = at::_softmax_backward_data(dp, sc.p, -1, cdt);
+  // Three vectorised passes: ATen's _softmax_backward_data over a short last
+  // dimension runs scalar code (17 us against 8 for T5's (4, 4, 12, 12)).
+  at::Tensor ds = dp.sub_((dp * sc.p).sum(-1, /*keepdim=*/true)).mul_(sc.p);
 
   auto fold_groups = [&](const at::Tensor& t) {
     // Sum the gradient of each repeated key/value head back into its group.
