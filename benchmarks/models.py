@@ -6,13 +6,17 @@ eager and compiled (torch.compile, default mode, forward and backward).
     python benchmarks/models.py --quick         # gpt2 only, fewer rounds (the test)
     python benchmarks/models.py --models vit resnet --no-compile
 
-For each model it prints the step time on each device (median over
-BENCH_ROUNDS rounds, each the median of timed loops; the devices interleaved
-round by round, so that a noisy moment hits both) and the ratios the
+For each model it prints the step time on each device and the ratio the
 real-models issue sets targets for: openreg eager / CPU eager at most 1.1,
-openreg compiled / CPU compiled at most 1.1 (torch 2.15). Compile time is
-not in the step time (the first calls compile, then the loops run). The
-machines are noisy: read ratios, not absolute times. Nothing is asserted.
+openreg compiled / CPU compiled at most 1.1 (torch 2.15). The devices take
+turns: BENCH_PAIRS pairs of samples (a sample: a few steps, then the
+device's synchronize), the order alternating, and the ratio printed is the
+median of the pairs' ratios. These machines change speed by up to 2x within
+seconds; two samples taken back to back see the same machine, so their ratio
+cancels what medians of whole rounds did not (the same command moved a
+ratio from 1.00 to 1.82 between runs with rounds; docs/performance.md).
+Compile time is not in the step time (the first calls compile, then the
+samples run). Read ratios, not absolute times. Nothing is asserted.
 """
 
 import argparse
@@ -20,12 +24,33 @@ import copy
 import os
 import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _timing import bench  # noqa: E402  (benchmarks/ is on sys.path as a script)
+BENCH_PAIRS = int(os.environ.get("BENCH_PAIRS", "40"))
 
-BENCH_ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+
+def paired(steps, syncs, pairs, group):
+    """Seconds per step of each device (median of its samples) and the median
+    of the pairwise ratios openreg / cpu. A sample is `group` steps and a
+    synchronize; the two samples of a pair run back to back, in alternating
+    order so that neither device always goes first."""
+    devs = list(steps)
+    times = {dev: [] for dev in devs}
+    ratios = []
+    for i in range(pairs):
+        sample = {}
+        for dev in (devs if i % 2 == 0 else devs[::-1]):
+            t0 = time.perf_counter()
+            for _ in range(group):
+                steps[dev]()
+            syncs[dev]()
+            sample[dev] = (time.perf_counter() - t0) / group
+        for dev in devs:
+            times[dev].append(sample[dev])
+        ratios.append(sample["openreg"] / sample["cpu"])
+    return {dev: statistics.median(t) for dev, t in times.items()}, statistics.median(ratios)
 
 
 def make_step(torch, zoo, name, model, dev, compiled):
@@ -53,11 +78,11 @@ def main():
 
     available = [n for n in zoo.MODELS if not zoo.missing(n)]  # timm, torchvision: 2.14.1
     names = a.models or (["gpt2"] if a.quick else available)
-    rounds, inner, repeats = (2, 2, 2) if a.quick else (BENCH_ROUNDS, 5, 3)
+    pairs, group = (4, 2) if a.quick else (BENCH_PAIRS, 3)
     syncs = {"cpu": lambda: None, "openreg": torch.openreg.synchronize}
     modes = ["eager"] + ([] if a.no_compile else ["compiled"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{rounds} rounds; step = forward + backward + AdamW")
+          f"{pairs} paired samples of {group} steps; step = forward + backward + AdamW")
     for name in names:
         base = zoo.build(name)
         for mode in modes:
@@ -67,13 +92,10 @@ def main():
             for dev, s in steps.items():  # compile (and warm up) outside the timing
                 s()
                 syncs[dev]()
-            times = {dev: [] for dev in steps}
-            for _ in range(rounds):
-                for dev, s in steps.items():
-                    times[dev].append(bench(s, syncs[dev], inner, repeats))
-            cpu, dev = statistics.median(times["cpu"]), statistics.median(times["openreg"])
-            print(f"{name:13s} {mode:8s} cpu {cpu * 1e3:8.2f} ms  openreg {dev * 1e3:8.2f} ms  "
-                  f"openreg/cpu: {mode} step {dev / cpu:.2f}x", flush=True)
+            times, ratio = paired(steps, syncs, pairs, group)
+            print(f"{name:13s} {mode:8s} cpu {times['cpu'] * 1e3:8.2f} ms  "
+                  f"openreg {times['openreg'] * 1e3:8.2f} ms  "
+                  f"openreg/cpu: {mode} step {ratio:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
