@@ -7,6 +7,8 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -140,6 +142,31 @@ class TestSDPAMatchesCPU:
         g = torch.Generator().manual_seed(2)
         mask = torch.randn(mask_shape, generator=g, dtype=dtype).requires_grad_()
         check_against_cpu(*qkv(), dtype=dtype, attn_mask=mask)
+
+    # Small float32 attention (T5's sizes) has a backward of its own, in loops
+    # rather than ATen operators (Attention.cpp, small_attention_backward):
+    # random sizes, trainable masks of every broadcast shape, causality,
+    # scales and transposed (non-contiguous) inputs against the CPU math path.
+    @settings(max_examples=30, deadline=None)
+    @given(B=st.integers(1, 3), H=st.integers(1, 4), L=st.integers(1, 20), S=st.integers(1, 20),
+           E=st.integers(1, 12), Ev=st.integers(1, 12),
+           mask=st.sampled_from(["none", "LS", "BHLS", "B1LS", "1H1S"]),
+           causal=st.booleans(), scale=st.sampled_from([None, 1.0, 0.3]),
+           transposed=st.booleans(), seed=st.integers(0, 2**16))
+    def test_small_float32_backward(self, B, H, L, S, E, Ev, mask, causal, scale, transposed,
+                                    seed):
+        q, k, v = qkv(B=B, Hq=H, Hkv=H, L=L, S=S, E=E, Ev=Ev, seed=seed)
+        if transposed:  # (B, L, H, E) memory seen as (B, H, L, E), as attention layers do
+            q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+        kw = {} if scale is None else {"scale": scale}
+        if mask == "none":
+            kw["is_causal"] = causal and L <= S  # causal with L > S leaves rows empty
+        else:
+            shape = {"LS": (L, S), "BHLS": (B, H, L, S), "B1LS": (B, 1, L, S),
+                     "1H1S": (1, H, 1, S)}[mask]
+            g = torch.Generator().manual_seed(seed + 1)
+            kw["attn_mask"] = torch.randn(shape, generator=g).requires_grad_()
+        check_against_cpu(q, k, v, **kw)
 
     def test_float32_mask_with_bfloat16_inputs(self):
         mask = torch.randn(5, 7)
