@@ -481,6 +481,16 @@ class TestSDPAErrors:
             BWD(torch.ones_like(out), q, k, v, None, [True] * 4, out, lse, None, None, 5, 7,
                 0.5, False, torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long))
 
+    @pytest.mark.parametrize("Ev", [6, 8])  # the small float32 kernel; the CPU flash kernel
+    def test_backward_grad_out_must_have_the_output_shape(self, Ev):
+        q, k, v = (t.to(DEVICE) for t in qkv(Ev=Ev))
+        out, lse, *_, seed, offset, _ = FWD(q, k, v)
+        bad = torch.ones(2, 4, 5, Ev + 3, device=DEVICE)
+        with pytest.raises(RuntimeError, match=r"grad_out must have the output's shape "
+                                               rf"\[2, 4, 5, {Ev}\], got \[2, 4, 5, {Ev + 3}\]"):
+            BWD(bad, q, k, v, None, [True] * 4, out, lse, None, None, 5, 7, 0.0, False, seed,
+                offset)
+
     def test_errors_leave_the_device_usable(self):
         q, k, v = (t.to(DEVICE) for t in qkv())
         with pytest.raises(RuntimeError):

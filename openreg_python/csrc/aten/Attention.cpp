@@ -646,6 +646,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
   TORCH_CHECK(grad_out.device() == query.device(),
               "_scaled_dot_product_fused_attention_overrideable_backward: grad_out is on ",
               grad_out.device(), ", query on ", query.device());
+  {
+    auto expected = query.sizes().vec();
+    expected.back() = s.Ev;
+    TORCH_CHECK(grad_out.sizes() == c10::IntArrayRef(expected),
+                "_scaled_dot_product_fused_attention_overrideable_backward: grad_out must have "
+                "the output's shape ", c10::IntArrayRef(expected), ", got ", grad_out.sizes());
+  }
   std::optional<DropoutRng> seed;
   if (dropout_p > 0.0) {
     TORCH_CHECK(philox_seed.defined() && philox_seed.numel() == 1 && philox_offset.defined() &&
