@@ -11,6 +11,7 @@
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/Functions.h>
+#include <ATen/ops/mode_native.h>
 #include <torch/library.h>
 
 // An at::cpu function whose name is overloaded needs its signature spelled out.
@@ -118,9 +119,11 @@ namespace torch_openreg {
 namespace {
 
 // aten::mode.values has only a CompositeExplicitAutograd kernel, and that
-// kernel refuses every device but CPU/CUDA/XPU. Compute the functional mode
-// on the device (the CPU kernel, in place) and write the out= tensors the way
-// that composite does, with the CPU's checks and messages.
+// kernel (at::native::mode_out) refuses every device but CPU/CUDA/XPU. Run
+// that same kernel on CPU aliases of the device memory, so every check,
+// message and resize warning is the CPU's own (tests/ops/test_kernel_messages.py);
+// only the placement checks come first, in ATen's words, because the
+// aliases are all CPU tensors and would pass them.
 std::tuple<at::Tensor&, at::Tensor&> mode_values(const at::Tensor& self, int64_t dim,
                                                  bool keepdim, at::Tensor& values,
                                                  at::Tensor& indices) {
@@ -130,15 +133,13 @@ std::tuple<at::Tensor&, at::Tensor&> mode_values(const at::Tensor& self, int64_t
   TORCH_CHECK(self.device() == indices.device(),
               "expected device '", self.device(), "' but got '", indices.device(),
               "' for indices output");
-  TORCH_CHECK(self.scalar_type() == values.scalar_type(),
-              "mode(): expected values tensor to have same dtype as self, but got ",
-              values.scalar_type(), " and ", self.scalar_type());
-  TORCH_CHECK(indices.scalar_type() == at::kLong,
-              "mode(): Expected indices tensor to have dtype int64, but got ",
-              indices.scalar_type());
-  auto [v, i] = at::mode(self, dim, keepdim);
-  values.resize_as_(v).copy_(v);
-  indices.resize_as_(i).copy_(i);
+  const auto device = self.device().index();
+  AliasSet set(device);
+  at::Tensor s = set.alias(self), v = set.alias(values, /*write=*/true),
+             i = set.alias(indices, /*write=*/true);
+  launch_kernel(device, "aten::mode.values", [&] { at::native::mode_out(s, dim, keepdim, v, i); });
+  set.sync_back(values, v);
+  set.sync_back(indices, i);
   return {values, indices};
 }
 

@@ -202,6 +202,11 @@ template <typename RNG>
 struct ExponentialKernel {
   void operator()(at::TensorIteratorBase& iter, double lambda, std::optional<at::Generator> gen) {
     at::Tensor self = as_tensor(iter.tensor_base(0));
+    // The CPU kernel's check and message (CUDA's dispatch macro would raise
+    // NotImplementedError instead; the CPU is the oracle here).
+    TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+                "Exponential distribution is a continuous probability distribution. "
+                "dtype must be a floating point but you specified ", self.scalar_type());
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "exponential_openreg", [&] {
       using acc = at::dist_acctype<scalar_t>;
       const acc l = static_cast<acc>(lambda);
@@ -326,9 +331,11 @@ struct BernoulliTensorKernel {
     const double* pd = pa.const_data_ptr<double>();
     AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, self.scalar_type(), "bernoulli_tensor_openreg", [&] {
       philox_fill<scalar_t, 1>(self, rng, "aten::bernoulli_", [pd](int64_t i, const uint32_t (&w)[1]) {
-        const double pi = pd[i];
-        TORCH_CHECK(pi >= 0 && pi <= 1, "bernoulli_ expects all elements of p to be in [0, 1], got ", pi);
-        return static_cast<scalar_t>(philox::to_unit32(w[0]) < pi);
+        // The CPU kernel's check, word for word (its message is the
+        // condition: tests/ops/test_kernel_messages.py compares them).
+        const double p_in = pd[i];
+        TORCH_CHECK(p_in >= 0 && p_in <= 1);
+        return static_cast<scalar_t>(philox::to_unit32(w[0]) < p_in);
       });
     });
   }
@@ -356,14 +363,19 @@ at::Tensor normal_tt(const at::Tensor& mean, const at::Tensor& std, std::optiona
       op, {mean, std, c10::IValue()},
       at::native::templates::normal_impl<NormalKernel, OpenRegGeneratorImpl>(mean, std, gen));
 }
+// The out= forms check placement first, as bernoulli.out does: ATen's
+// templates would run the device kernel on a CPU `out` (no device index).
 at::Tensor& normal_tf_out(const at::Tensor& mean, double std, std::optional<at::Generator> gen, at::Tensor& out) {
+  check_same_device("aten::normal.Tensor_float_out", {{"mean", mean}, {"out", out}});
   return at::native::templates::normal_out_impl<NormalKernel, OpenRegGeneratorImpl>(out, mean, std, gen);
 }
 at::Tensor& normal_ft_out(double mean, const at::Tensor& std, std::optional<at::Generator> gen, at::Tensor& out) {
+  check_same_device("aten::normal.float_Tensor_out", {{"std", std}, {"out", out}});
   return at::native::templates::normal_out_impl<NormalKernel, OpenRegGeneratorImpl>(out, mean, std, gen);
 }
 at::Tensor& normal_tt_out(const at::Tensor& mean, const at::Tensor& std, std::optional<at::Generator> gen,
                           at::Tensor& out) {
+  check_same_device("aten::normal.Tensor_Tensor_out", {{"mean", mean}, {"std", std}, {"out", out}});
   return at::native::templates::normal_out_impl<NormalKernel, OpenRegGeneratorImpl>(out, mean, std, gen);
 }
 at::Tensor& log_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
