@@ -68,6 +68,20 @@ MODELS_BUILD ?= build
 check-models: $(MODELS_BUILD)
 	$(PY) -m pytest tests/models -m models -n $(MODELS_WORKERS) -rs $(PYTEST_ARGS)
 
+# PyTorch's own device-generic test files against the backend, every failure
+# triaged against its CPU twin (tools/pytorch_suite.py, docs/pytorch-suite.md):
+# PYTORCH_TESTS is a PyTorch test tree at the release's tag (test/ of a
+# checkout; here ../shared/pytorch-tests holds six files, run from there).
+# The device gets the capacity of a real accelerator's (16 GiB): some tests
+# allocate 6 GiB, which openreg's default 4 GiB refuses where a GPU would not.
+PYTORCH_TESTS ?= ../shared/pytorch-tests
+PYTORCH_SUITE_ARGS ?=
+SUITE_BUILD ?= build  # CI passes SUITE_BUILD= (its builds are done), as for check-models
+.PHONY: check-pytorch-suite
+check-pytorch-suite: $(SUITE_BUILD)
+	OPENREG_DEVICE_MEMORY=16G $(PY) tools/pytorch_suite.py run --tests $(PYTORCH_TESTS) \
+	  --python $(PY) --out build/pytorch-suite/$(TORCH) $(PYTORCH_SUITE_ARGS)
+
 # The relay job (docs/ci.md): check-release's three steps with JUnit output,
 # failures re-run and compared with the newest release, and the report for
 # PyTorch's CI relay in build/relay/<release>/report.json. tools/relay.py run
