@@ -180,6 +180,21 @@ def load_expectations(path: pathlib.Path | None, tests_dir: pathlib.Path | None 
     return out
 
 
+def load_environment(path: pathlib.Path | None) -> dict[str, str]:
+    """The expectations file's ``environment``: the backend's settings for the
+    run (variables and values, strings), given with an ``environment_reason``."""
+    if path is None or not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    env = data.get("environment", {}) if isinstance(data, dict) else {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in env.items()):
+        raise ExpectationsError(f"{path.name}: 'environment' maps variable names to strings")
+    if env and len(str(data.get("environment_reason", "")).strip()) < 10:
+        raise ExpectationsError(f"{path.name}: an 'environment' needs its 'environment_reason'")
+    return env
+
+
 # ------------------------------------------------------------- running ----
 
 
@@ -454,6 +469,7 @@ def build_report(reports: list[FileReport], *, device: str, tests_dir: pathlib.P
         "tests_dir": str(tests_dir),
         "provenance": _provenance(tests_dir),
         "expectations": str(expectations_path) if expectations_path else None,
+        "environment": load_environment(expectations_path),
         "conclusion": "failure" if totals.get("failed") or timed_out else "success",
         "seconds": round(seconds, 1),
         "totals": totals,
@@ -535,6 +551,7 @@ def run(tests_dir: pathlib.Path, python: str, out: pathlib.Path, *, files: list[
     if not tests_dir.is_dir():
         raise SystemExit(f"pytorch-suite: {tests_dir} is not a directory of PyTorch's test files")
     expectations = load_expectations(expectations_path, tests_dir)
+    environment = load_environment(expectations_path)
     device, version = _backend(python)
     if files is None:
         files = sorted(p.name for p in tests_dir.glob("test_*.py")
@@ -553,7 +570,7 @@ def run(tests_dir: pathlib.Path, python: str, out: pathlib.Path, *, files: list[
     def one(file: str) -> FileReport:
         r = run_file(python, tests_dir, file, out, device=device, timeout=timeout,
                      expectations=expectations, select=by_file.get(file),
-                     cpu_timing=cpu_timing, run_all=run_all)
+                     cpu_timing=cpu_timing, run_all=run_all, env=environment)
         print(f"pytorch-suite: {file}: {r.counts['passed']} passed, {r.counts['failed']} "
               f"defects, {r.counts['excused']} excused, {r.counts['skipped']} skipped "
               f"in {r.seconds:.0f} s", flush=True)
@@ -610,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check-expectations":
             entries = load_expectations(args.file, args.tests)
-            print(f"{args.file}: {len(entries)} entries, valid")
+            environment = load_environment(args.file)
+            print(f"{args.file}: {len(entries)} entries and {len(environment)} variables, valid")
             return 0
         report = run(args.tests, args.python, args.out.resolve(), files=args.files,
                      timeout=args.timeout, expectations_path=args.expectations,

@@ -7,6 +7,8 @@ output, triages the failures, and writes the report that
 
     python tools/relay.py resolve --commit SHA     # which torch a relay event tests
     python tools/relay.py run --torch 2.14.1 [--out build/relay] [--event-commit SHA]
+    python tools/relay.py run --torch 2.15.0 --pytorch-tests ../pytorch/test   # + PyTorch's own files
+    python tools/relay.py tests-ref --torch 2.15.0                 # their ref: v2.15.0
     python tools/relay.py triage smoke.xml gaps.xml [--rerun R.xml] [--baseline B.xml]
     python tools/relay.py validate build/relay/report.json
 
@@ -18,6 +20,11 @@ The triage verdict (RFC-0054's categories), from JUnit files:
   release (the baseline): ``upstream``, with the tests named;
 * a test fails on both: ``backend`` (this backend's bug, whatever PyTorch did);
 * failures the baseline could not judge: ``unknown``.
+
+With ``--pytorch-tests``, PyTorch's own device-generic test files run as a
+fourth step (tools/pytorch_suite.py, docs/pytorch-suite.md), which triages its
+failures against the CPU itself: what it reports as defects count as failed
+tests here, and are compared with the baseline like the rest.
 
 A gap test that passes (``XPASS(strict)``: PyTorch fixed one of
 docs/pytorch-gaps.md's gaps) is not a failure: the report lists it under
@@ -337,6 +344,38 @@ def test_steps(python: pathlib.Path, out: pathlib.Path, tag: str = "") -> list[t
     ]
 
 
+SUITE = "pytorch-suite"
+
+
+def suite_cmd(python: pathlib.Path, tests: pathlib.Path, out: pathlib.Path,
+              select: list[str] | None = None) -> list[str]:
+    """PyTorch's device-generic test files (tools/pytorch_suite.py) on ``python``'s
+    torch, from the test tree ``tests`` (docs/pytorch-suite.md)."""
+    cmd = [str(python), str(ROOT / "tools" / "pytorch_suite.py"), "run", "--tests", str(tests),
+           "--python", str(python), "--out", str(out)]
+    return cmd + (["--select", *select] if select else [])
+
+
+def suite_cases(out: pathlib.Path, ok: bool) -> tuple[list[Case], list[Case]]:
+    """The suite's triaged JUnit file as the relay's cases, and its flaky tests
+    as a failure that passed when re-run (the runner re-ran them already). A
+    defect (a failure on the device alone that the expectations file does not
+    name) is a failed case; excused, expected and skipped tests are skipped."""
+    junit, report = out / "junit.xml", out / "report.json"
+    if not junit.exists() or not report.exists():
+        return [Case(SUITE, f"{SUITE} (no report)", "failed",
+                     f"the {SUITE} step {'passed' if ok else 'failed'} and wrote no report",
+                     step=SUITE)], []
+    cases = read_junit(junit, SUITE)
+    flaky = {f["test"] for f in json.loads(report.read_text())["flaky"]}
+    rerun = []
+    for i, c in enumerate(cases):
+        if c.nodeid in flaky:
+            cases[i] = dataclasses.replace(c, outcome="failed", message="failed, then passed")
+            rerun.append(c)
+    return cases, rerun
+
+
 def _rerun_cmd(python: pathlib.Path, step: str, cmd: list[str], failed: list[Case],
                junit: pathlib.Path) -> list[str]:
     """The step again, for its failed tests only where pytest can name them."""
@@ -403,9 +442,12 @@ def _under_test(r: Runner, spec: str, releases: list[str],
 
 
 def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | None = None,
-        index_url: str | None = None, event_commit: str | None = None) -> dict:
+        index_url: str | None = None, event_commit: str | None = None,
+        pytorch_tests: pathlib.Path | None = None) -> dict:
     """Build against ``spec`` (a release of the window, a torch wheel, or a
-    torch version from ``index_url``), test, triage; the report."""
+    torch version from ``index_url``), test, triage; the report.
+    ``pytorch_tests``: a PyTorch test tree at the tag of the torch under test,
+    whose device-generic files run as one more step (tools/pytorch_suite.py)."""
     releases = window()
     newest = releases[0]
     out.mkdir(parents=True, exist_ok=True)
@@ -437,6 +479,13 @@ def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | N
             passed = r.step(f"{name}-rerun", _rerun_cmd(python, name, cmd, failed, again),
                             timeout=3600)
             rerun += _outcomes(again, name, failed, passed)
+    if pytorch_tests is not None:
+        # The runner re-runs and triages against the CPU itself: its JUnit
+        # file's failures are defects already.
+        ok = r.step(SUITE, suite_cmd(python, pytorch_tests, out / SUITE), timeout=7200)
+        cases, again = suite_cases(out / SUITE, ok)
+        results += cases
+        rerun += again
     t = triage(results, rerun=rerun)
     if t.failed:
         # The baseline: the same tests on the newest supported release.
@@ -456,6 +505,13 @@ def run(spec: str, out: pathlib.Path, *, pr: int | None = None, log_url: str | N
                 junit = out / f"{name}.xml"
                 passed = r.step(name, _rerun_cmd(base_py, name, cmd, mine, junit), timeout=3600)
                 baseline += _outcomes(junit, name.replace("-baseline", ""), mine, passed)
+            mine = [c for c in t.failed if c.step == SUITE and c.nodeid]
+            if mine and pytorch_tests is not None:
+                base_out = out / f"{SUITE}-baseline"
+                r.step(f"{SUITE}-baseline", suite_cmd(base_py, pytorch_tests, base_out,
+                                                      [c.nodeid for c in mine]), timeout=7200)
+                if (base_out / "junit.xml").exists():
+                    baseline += read_junit(base_out / "junit.xml", SUITE)
             t = triage(results, rerun=rerun, baseline=baseline, baseline_release=newest)
     report = build_report(results, t, steps=r.steps, torch_info=info,
                           baseline_release=newest if baseline is not None else None,
@@ -542,6 +598,17 @@ def resolve(commit: str | None, *, api: str = GITHUB_API, raw: str = GITHUB_RAW)
                         f"branch could not be read ({type(e).__name__}: {e})")
 
 
+def tests_ref(spec: str, commit: str | None = None) -> str:
+    """The ref of pytorch/pytorch whose test/ folder goes with the torch under
+    test: a release's tag (``v2.15.0``); for a nightly or a wheel, the event's
+    commit, else ``main`` (the nightly is main's daily cut)."""
+    if re.fullmatch(r"\d+\.\d+\.\d+", spec):
+        return f"v{spec}"
+    if commit and re.fullmatch(r"[0-9a-fA-F]{7,40}", commit):
+        return commit
+    return "main"
+
+
 # -------------------------------------------------------------------- CLI ----
 
 
@@ -559,11 +626,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-url", help="where the run's logs are (the verdict's evidence links it)")
     p.add_argument("--event-commit", help="the PyTorch commit of the relay's event (the report "
                                           "says it beside the torch it tested)")
+    p.add_argument("--pytorch-tests", type=pathlib.Path,
+                   help="a PyTorch test tree at the tag of the torch under test: its "
+                        "device-generic files run too, triaged against the CPU "
+                        "(tools/pytorch_suite.py)")
     p = sub.add_parser("resolve", help="print the --torch a relay event about PyTorch commit "
                                        "SHA tests (the reason goes to stderr)")
     p.add_argument("--commit", help="the event's PyTorch commit (none: the newest nightly)")
     p.add_argument("--api", default=GITHUB_API, help=argparse.SUPPRESS)
     p.add_argument("--raw", default=GITHUB_RAW, help=argparse.SUPPRESS)
+    p = sub.add_parser("tests-ref", help="print the pytorch/pytorch ref whose test/ folder goes "
+                                         "with --torch (for --pytorch-tests)")
+    p.add_argument("--torch", required=True)
+    p.add_argument("--commit", help="the event's PyTorch commit")
     p = sub.add_parser("triage", help="the verdict of JUnit files, as the report's JSON")
     p.add_argument("junit", nargs="+", type=pathlib.Path)
     p.add_argument("--rerun", nargs="*", default=[], type=pathlib.Path)
@@ -575,12 +650,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "run":
         report = run(args.torch, args.out.resolve(), pr=args.pr, log_url=args.log_url,
-                     index_url=args.index_url, event_commit=args.event_commit)
+                     index_url=args.index_url, event_commit=args.event_commit,
+                     pytorch_tests=args.pytorch_tests.resolve() if args.pytorch_tests else None)
         return 0 if report["conclusion"] == "success" else 1
     if args.command == "resolve":
         spec, why = resolve(args.commit, api=args.api, raw=args.raw)
         print(spec)
         print(f"relay: testing {why}", file=sys.stderr)
+        return 0
+    if args.command == "tests-ref":
+        print(tests_ref(args.torch, args.commit))
         return 0
     if args.command == "triage":
         results = [c for f in args.junit for c in read_junit(f)]

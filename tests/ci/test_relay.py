@@ -368,6 +368,50 @@ class TestRun:
                                                         "conformance-rerun"]
         relay.validate(json.loads((out / "report.json").read_text()))
 
+    def test_the_pytorch_suite_step(self, tmp_path, monkeypatch):
+        # The suite's runner (tools/pytorch_suite.py) triages against the CPU
+        # itself: a planted runner writes its JUnit file and report, with a
+        # defect, a test excused as failing on the CPU too, and a flaky one.
+        out = tmp_path / "out"
+        py = sys.executable
+        planted = textwrap.dedent('''
+            import json, pathlib, sys
+            out = pathlib.Path(sys.argv[1])
+            out.mkdir(parents=True, exist_ok=True)
+            def case(name, body=""):
+                return (f'<testcase classname="test_x.TestXPRIVATEUSE1" name="{name}" '
+                        f'file="test_x.py">{body}</testcase>')
+            (out / "junit.xml").write_text(
+                '<testsuites><testsuite name="pytorch-suite">'
+                + case("test_ok_openreg") + case("test_racy_openreg")
+                + case("test_mine_openreg", '<failure message="RuntimeError: boom"/>')
+                + case("test_both_openreg", '<skipped message="excused: fails on the CPU too"/>')
+                + "</testsuite></testsuites>")
+            (out / "report.json").write_text(json.dumps({"flaky": [
+                {"test": "test_x.py::TestXPRIVATEUSE1::test_racy_openreg", "message": "once"}]}))
+            sys.exit(1)
+        ''')
+        monkeypatch.setattr(relay, "test_steps", lambda python, out, tag="": [])
+        monkeypatch.setattr(relay, "_under_test", lambda r, spec, releases, url: pathlib.Path(py))
+        monkeypatch.setattr(relay, "_torch_info", lambda python: {"version": "x", "git_version": None})
+        monkeypatch.setattr(relay, "suite_cmd",
+                            lambda python, tests, out, select=None: [py, "-c", planted, str(out)])
+        report = relay.run(relay.window()[0], out, pr=None, pytorch_tests=tmp_path)
+        assert [s["name"] for s in report["steps"]] == ["pytorch-suite"]
+        assert [d["name"] for d in report["failed-tests-detail"]] == ["test_mine_openreg"]
+        assert report["flaky"] == ["test_x.TestXPRIVATEUSE1::test_racy_openreg"]
+        assert report["test-results"] == {"passed": 2, "failed": 1, "skipped": 1, "total": 4}
+        assert report["triage-verdict"]["category"] == "backend"
+        relay.validate(json.loads((out / "report.json").read_text()))
+
+    @pytest.mark.parametrize("spec, commit, ref", [
+        ("2.15.0", None, "v2.15.0"), ("2.14.1", "a" * 40, "v2.14.1"),
+        ("2.16.0.dev20261201", "b" * 40, "b" * 40), ("2.16.0.dev20261201", None, "main"),
+        ("https://x/torch-2.16.0-cp311.whl", "$(rm -rf /)", "main"),
+    ])
+    def test_the_ref_of_pytorchs_tests(self, spec, commit, ref):
+        assert relay.tests_ref(spec, commit) == ref
+
     def test_a_torch_older_than_the_window_is_refused(self, tmp_path):
         r = self.run(tmp_path, "--torch", "2.9.1")
         assert r.returncode != 0
