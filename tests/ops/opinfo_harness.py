@@ -121,7 +121,19 @@ FLOAT, INT, LOWP, BACKWARD = "float32", "int", "lowp", "backward"
 # openreg:1 while openreg:0 is the current device: every result must be on
 # the device of its inputs.
 DEVICE1 = "device1"
-GROUPS = (FLOAT, INT, LOWP, BACKWARD, DEVICE1)
+# float32 forward on sparse inputs: OpInfo's sparse samples of every layout
+# the op supports (supports_sparse, supports_sparse_csr, ..._csc, ..._bsr,
+# ..._bsc), moved to the device with .to() (docs/sparse.md).
+SPARSE = "sparse"
+GROUPS = (FLOAT, INT, LOWP, BACKWARD, DEVICE1, SPARSE)
+SPARSE_LAYOUTS = {"supports_sparse": torch.sparse_coo, "supports_sparse_csr": torch.sparse_csr,
+                  "supports_sparse_csc": torch.sparse_csc, "supports_sparse_bsr": torch.sparse_bsr,
+                  "supports_sparse_bsc": torch.sparse_bsc}
+
+
+def sparse_layouts(op):
+    """The sparse layouts op declares support for."""
+    return [lay for attr, lay in SPARSE_LAYOUTS.items() if getattr(op, attr, False)]
 
 
 def group_dtype(op, group):
@@ -145,13 +157,15 @@ def group_dtype(op, group):
         return torch.float32 if torch.float32 in op.supported_backward_dtypes("cpu") else None
     if group == DEVICE1:
         return group_dtype(op, FLOAT)
+    if group == SPARSE:
+        return group_dtype(op, FLOAT) if sparse_layouts(op) else None
     raise ValueError(group)
 
 
 def group_label(op, group) -> str:
     """The skip-table key component of a group: a dtype name, "backward" or
     "device1"."""
-    if group in (BACKWARD, DEVICE1):
+    if group in (BACKWARD, DEVICE1, SPARSE):
         return group
     return str(group_dtype(op, group)).replace("torch.", "")
 
@@ -239,6 +253,11 @@ def replicate(t: torch.Tensor, device) -> torch.Tensor:
     ``as_strided`` see)."""
     if t.device.type != "cpu":
         return t  # e.g. a "meta" tensor in an error input: stays what it is
+    if t.layout in SPARSE_LAYOUTS.values():
+        # A sparse sample: its members copied as they are (uncoalesced stays so).
+        with torch.no_grad():
+            d = t.detach().to(device, copy=True)
+        return d.requires_grad_(True) if t.requires_grad else d
     if t.layout != torch.strided:
         raise Unsupported(f"{t.layout} input")
     with torch.no_grad():
@@ -398,6 +417,13 @@ def compare_tensor(dev, cpu, pol, what, strides=True, values=True):
     if cpu.layout != torch.strided or dev.layout != torch.strided:
         if dev.layout != cpu.layout:
             raise Mismatch(f"{what}: layout {dev.layout} != CPU {cpu.layout}")
+        if cpu.layout in SPARSE_LAYOUTS.values():
+            if dev._nnz() != cpu._nnz():
+                raise Mismatch(f"{what}: {dev._nnz()} specified elements != CPU {cpu._nnz()}")
+            if cpu.layout == torch.sparse_coo and dev.is_coalesced() != cpu.is_coalesced():
+                raise Mismatch(f"{what}: coalesced {dev.is_coalesced()} != CPU {cpu.is_coalesced()}")
+            if values:
+                _close(dev.to_dense(), cpu.to_dense(), pol, what)
         return
     if strides and cpu.numel() > 1 and dev.stride() != cpu.stride():
         raise Mismatch(f"{what}: strides {dev.stride()} != CPU {cpu.stride()}")
@@ -846,12 +872,27 @@ def samples_of(op, group):
     return list(op.sample_inputs("cpu", group_dtype(op, group), requires_grad=group == BACKWARD))
 
 
+def sparse_samples(op, vname):
+    """OpInfo's float32 samples of the layout a sparse variant names. Empty
+    where the op's sparse sample function raises on the CPU (OpInfo declares
+    the layout, its samples are not written yet): nothing to compare."""
+    layout = getattr(torch, "sparse_" + vname[len("sparse_"):])
+    torch.manual_seed(SEED)
+    try:
+        return list(op.sample_inputs_sparse(layout, "cpu", torch.float32))
+    except Exception:  # noqa: BLE001
+        return []
+
+
 def variants_of(op, group):
     """[(variant name, callable, group whose samples it runs on)]. float32 also
     runs the in-place variant, the function on non-contiguous copies of the
     samples (SampleInput.noncontiguous) and the function with out= tensors."""
     if group == BACKWARD:
         return [("backward", op.op, BACKWARD)]
+    if group == SPARSE:
+        return [(f"sparse_{str(lay).replace('torch.sparse_', '')}", op.op, SPARSE)
+                for lay in sparse_layouts(op)]
     if group == DEVICE1:
         v = [("function", op.op, FLOAT)]
         if group_dtype(op, BACKWARD) is not None:
@@ -870,6 +911,9 @@ def variants_of(op, group):
 
 
 def _run_one(op, vname, fn, sample, pol):
+    if vname in ("noncontiguous", "channels_last", "transposed") and any(
+            t.layout != torch.strided for t in _tensors_of(sample)):
+        raise NotApplicable("a sparse sample has no strides to change")
     if vname == "backward":
         run_backward(op, sample, pol)
     elif vname == "noncontiguous":
@@ -883,6 +927,8 @@ def _run_one(op, vname, fn, sample, pol):
         run_forward(op, relayout(sample, vname), fn, pol)
     elif vname == "out":
         run_out(op, sample, pol)
+    elif vname.startswith("sparse_"):
+        run_forward(op, sample, fn, dataclasses.replace(pol, strides=False))
     else:
         run_forward(op, sample, fn, pol)
 
@@ -909,6 +955,9 @@ def _work(op, group, limit=None):
     cache = {}
     work = []
     for vname, fn, sgroup in variants_of(op, group):
+        if sgroup == SPARSE:
+            work += [(i, s, vname, fn) for i, s in enumerate(sparse_samples(op, vname)[:limit])]
+            continue
         if sgroup not in cache:
             cache[sgroup] = samples_of(op, sgroup)[:limit]
         work += [(i, s, vname, fn) for i, s in enumerate(cache[sgroup])]

@@ -35,14 +35,7 @@ table itself is openreg's (another backend's sweep may need other entries).
 from tests.target import DEVICE, MEMCHECK
 
 # Groups that are not run at all.
-SKIPS = {
-    # -- BY DESIGN: openreg supports strided tensors only (Fallback.cpp raises
-    #    NotImplementedError for sparse/quantized openreg tensors), and the
-    #    sweep copies strided samples only (opinfo_harness.replicate). -------
-    ("to_sparse", ""): "BY DESIGN: returns a sparse COO tensor; the sweep covers strided device tensors only",
-    ("sparse.sampled_addmm", ""): "BY DESIGN: takes a sparse CSR input; the sweep covers strided device tensors only",
-    ("sparse.mm", "reduce"): "BY DESIGN: takes a sparse CSR input; the sweep covers strided device tensors only",
-}
+SKIPS: dict = {}
 
 
 

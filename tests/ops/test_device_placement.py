@@ -37,7 +37,6 @@ ACCEPTED_ON_CUDA = {
 NOT_APPLICABLE = {  # operators the sweep cannot exercise on this machine
     "jiterator_binary", "jiterator_4inputs_with_extra_args", "jiterator_binary_return_by_ref",
     "jiterator_2inputs_2outputs", "jiterator_unary",  # CUDA-only
-    "sparse.sampled_addmm", "sparse.mm",  # sparse device tensors (openreg has none)
 }
 
 

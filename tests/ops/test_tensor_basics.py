@@ -40,10 +40,9 @@ class TestFactories:
         c = torch.empty(2, 3, 4, 5, device=DEVICE, memory_format=torch.channels_last)
         assert c.is_contiguous(memory_format=torch.channels_last)
 
-    @pytest.mark.openreg_only  # openreg's own message (and its lack of sparse tensors)
-    def test_sparse_layout_is_not_implemented(self):
-        with pytest.raises(NotImplementedError, match="openreg does not support sparse tensors: the operator .aten::empty.memory_format. has no sparse kernel"):
-            torch.empty(2, 2, layout=torch.sparse_coo, device=DEVICE)
+    def test_sparse_layout_factory(self):
+        t = torch.empty(2, 2, layout=torch.sparse_coo, device=DEVICE)
+        assert t.layout == torch.sparse_coo and t.device.type == DEVICE and t._nnz() == 0
 
 
 @pytest.mark.ops

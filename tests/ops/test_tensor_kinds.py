@@ -1,9 +1,9 @@
 """Beyond dense real tensors: complex tensors work and equal the CPU; named
-tensors behave exactly as on the CPU in torch 2.13 (the API is gone); sparse
-and nested tensors are refused with a NotImplementedError naming the
-operator. (Quantized tensors are supported: tests/ops/test_quantized.py.)"""
+tensors behave exactly as on the CPU in torch 2.13 (the API is gone); nested
+and Mkldnn tensors are refused with a NotImplementedError naming the
+operator. (Quantized tensors are supported: tests/ops/test_quantized.py;
+sparse ones: tests/ops/test_sparse.py.)"""
 
-import warnings
 
 import pytest
 import torch
@@ -146,57 +146,10 @@ class TestNamedTensors:
 
 
 @pytest.mark.ops
-@pytest.mark.openreg_only  # openreg refuses sparse/Mkldnn tensors, with its own messages
-class TestSparse:
+@pytest.mark.openreg_only  # openreg refuses Mkldnn tensors, with its own message
+class TestMkldnn:
+    """(Sparse tensors are supported: tests/ops/test_sparse.py.)"""
     hw_classification = HW.ACCELERATOR
-
-    def test_to_sparse(self):
-        x = torch.randn(3, 3, device=DEVICE)
-        with pytest.raises(NotImplementedError, match=r"openreg does not support sparse tensors: the operator "
-                                                      r"'aten::_to_sparse' would return one on the openreg device"):
-            x.to_sparse()
-        with pytest.raises(NotImplementedError, match="run this part on the CPU"):
-            x.to_sparse(sparse_dim=1)
-        # The dense tensor is untouched and usable; the CPU path is the way out.
-        assert torch.equal(x.cpu().to_sparse().to_dense(), x.cpu())
-
-    @pytest.mark.parametrize("convert, op", [
-        (lambda x: x.to_sparse_csr(), "aten::_to_sparse_csr"),
-        (lambda x: x.to_sparse_csc(), "aten::_to_sparse_csc"),
-        (lambda x: x.to_sparse_bsr((1, 1)), "aten::_to_sparse_bsr"),
-        (lambda x: x.to_sparse(layout=torch.sparse_csc), "aten::_to_sparse"),
-    ], ids=["csr", "csc", "bsr", "layout-csc"])
-    def test_to_sparse_compressed(self, convert, op):
-        x = torch.randn(4, 4, device=DEVICE)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Sparse CSR tensor support is in beta state"
-            with pytest.raises(NotImplementedError, match=rf"openreg does not support sparse compressed "
-                                                          rf"\(CSR/CSC/BSR/BSC\) tensors: the operator '{op}'"):
-                convert(x)
-
-    def test_sparse_coo_tensor_on_openreg(self):
-        i, v = torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])
-        msg = (r"openreg does not support sparse tensors: the operator "
-               r"'aten::_sparse_coo_tensor_with_dims_and_tensors' has no sparse kernel for the openreg device")
-        with pytest.raises(NotImplementedError, match=msg):
-            torch.sparse_coo_tensor(i, v, (2, 2), device=DEVICE, check_invariants=False)
-        with pytest.raises(NotImplementedError, match=msg):
-            torch.sparse_coo_tensor(i.to(DEVICE), v.to(DEVICE), (2, 2), check_invariants=False)
-        with pytest.raises(NotImplementedError, match=msg):
-            torch.sparse_coo_tensor(i, v, (2, 2), check_invariants=False).to(DEVICE)
-
-    def test_sparse_layout_factory(self):
-        with pytest.raises(NotImplementedError, match="openreg does not support sparse tensors: the operator 'aten::empty.memory_format'"):
-            torch.zeros(2, 2, layout=torch.sparse_coo, device=DEVICE)
-
-    def test_no_device_memory_is_leaked(self):
-        x = torch.randn(64, 64, device=DEVICE)
-        torch.openreg.synchronize()
-        before = torch.openreg.memory_allocated()
-        for _ in range(3):
-            with pytest.raises(NotImplementedError):
-                x.to_sparse()
-        assert torch.openreg.memory_allocated() == before
 
     def test_mkldnn_is_refused_too(self):
         with pytest.raises(NotImplementedError, match="openreg does not support Mkldnn tensors: the operator 'aten::to_mkldnn'"):

@@ -22,6 +22,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/quantized/Quantizer.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
@@ -35,8 +36,12 @@
 namespace torch_openreg {
 namespace {
 
-constexpr char kSparse[] = "sparse";
-constexpr char kSparseCsr[] = "sparse compressed (CSR/CSC/BSR/BSC)";
+// The kinds of openreg tensors the fallback serves, by dispatch key.
+enum class Kind {
+  Dense,      // PrivateUse1: the CPU kernel, redispatched to CPU
+  Quantized,  // QuantizedPrivateUse1: whichever kernel the CPU would run
+  Sparse,     // SparsePrivateUse1, SparseCsrPrivateUse1: as Quantized (Sparse.h)
+};
 
 c10::IValue unwrap_value(AliasSet& aliases, c10::IValue v) {
   if (v.isTensor()) return aliases.unwrap(v.toTensor());
@@ -98,9 +103,9 @@ uint64_t max_numel(const torch::jit::Stack& stack, size_t begin, size_t end) {
 // [docs:rng-bridge:end]
 
 // A CPU kernel can turn dense inputs into a tensor kind openreg cannot hold
-// (to_sparse, nested). Refuse the result by operator name, before it would
-// be wrapped as a dense openreg tensor. (Quantized results are held: they
-// become quantized openreg tensors, KernelView.cpp.)
+// (nested, mkldnn). Refuse the result by operator name, before it would be
+// wrapped as a dense openreg tensor. (Quantized and sparse results are held:
+// they become quantized or sparse openreg tensors, KernelView.cpp.)
 void check_result_kind(const c10::FunctionSchema& schema, const c10::IValue& v) {
   auto check = [&](const at::Tensor& t) {
     if (!t.defined() || (t.layout() == c10::kStrided && !t.is_nested())) return;
@@ -108,11 +113,11 @@ void check_result_kind(const c10::FunctionSchema& schema, const c10::IValue& v) 
     switch (t.layout()) {
       case c10::kStrided: kind = "nested"; break;
       case c10::kJagged: kind = "nested"; break;
-      case c10::kSparse: kind = kSparse; break;
+      case c10::kSparse:
       case c10::kSparseCsr:
       case c10::kSparseCsc:
       case c10::kSparseBsr:
-      case c10::kSparseBsc: kind = kSparseCsr; break;
+      case c10::kSparseBsc: return;
       default: kind = c10::str(t.layout()); break;  // e.g. Mkldnn
     }
     TORCH_CHECK_NOT_IMPLEMENTED(false, "openreg does not support ", kind,
@@ -162,8 +167,21 @@ struct AliasedArgs {
   std::optional<size_t> generator_arg;
 };
 
+// [docs:sparse-requires-grad]
+// A few CPU kernels look at their inputs' requires_grad to decide what to
+// compute for the backward (the sparse CSR matmul with a max/min reduction
+// returns the arg-max indices only then). Aliases are plain CPU tensors:
+// where the fallback serves sparse operators, they say what their openreg
+// tensors say, or the backward reads indices that were never computed.
+void mirror_requires_grad(const at::Tensor& original, at::Tensor& alias) {
+  if (original.requires_grad() && !alias.requires_grad() && alias.is_leaf()) {
+    alias.set_requires_grad(true);
+  }
+}
+// [docs:sparse-requires-grad:end]
+
 void alias_arguments(const c10::FunctionSchema& schema, torch::jit::Stack& stack, size_t begin,
-                     AliasSet& aliases, AliasedArgs& aliased) {
+                     AliasSet& aliases, AliasedArgs& aliased, bool mirror_grad = false) {
   const auto& args = schema.arguments();
   auto& originals = aliased.originals;
   auto& writes = aliased.writes;
@@ -177,6 +195,7 @@ void alias_arguments(const c10::FunctionSchema& schema, torch::jit::Stack& stack
       const at::Tensor& t = originals.back().toTensor();
       at::Tensor a = aliases.alias(t, is_write);
       if (is_write) writes.emplace_back(t.unsafeGetTensorImpl(), a);
+      if (mirror_grad) mirror_requires_grad(t, a);
       v = std::move(a);
     } else if (v.isTensorList()) {
       originals.push_back(std::move(v));
@@ -211,9 +230,10 @@ void alias_arguments(const c10::FunctionSchema& schema, torch::jit::Stack& stack
 // under QuantizedCPU, some factories under CPU behind BackendSelect, so the
 // call on the aliases goes through the dispatcher again (below autograd)
 // and finds whichever kernel the CPU would run.
-template <bool Quantized>
+template <Kind K>
 void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
                   torch::jit::Stack* stack) {
+  constexpr bool Quantized = K == Kind::Quantized;
   const auto& schema = op.schema();
   const size_t begin = stack->size() - schema.arguments().size();
 
@@ -224,7 +244,8 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
       stack_device(*stack, begin, stack->size()).value_or(current_device());
   AliasSet aliases(device);
   AliasedArgs aliased;
-  alias_arguments(schema, *stack, begin, aliases, aliased);
+  alias_arguments(schema, *stack, begin, aliases, aliased,
+                  K == Kind::Sparse && at::GradMode::is_enabled());
   const std::optional<size_t>& generator_arg = aliased.generator_arg;
   auto& writes = aliased.writes;
 
@@ -238,14 +259,31 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   // [docs:fallback-run]
   try {
     launch_kernel(device, schema.name().c_str(), [&] {
-      if constexpr (Quantized) {
+      if constexpr (K == Kind::Dense) {
+        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      } else {
         at::AutoDispatchBelowADInplaceOrView below_autograd;
         op.callBoxed(stack);
-      } else {
-        op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
       }
     });
   } catch (const c10::NotImplementedError& e) {
+    if constexpr (K == Kind::Sparse) {
+      // No sparse kernel on the CPU, whose sparse kernels openreg runs: the
+      // dispatcher's own message, naming this device's key as CUDA's names
+      // SparseCUDA.
+      std::string what = e.what_without_backtrace();
+      bool named = false;
+      for (auto [cpu, dev] : {std::pair{"'SparseCPU' backend", "'SparsePrivateUse1' backend"},
+                              std::pair{"'SparseCsrCPU' backend", "'SparseCsrPrivateUse1' backend"}}) {
+        const size_t at = what.find(cpu);
+        if (at != std::string::npos) {
+          what.replace(at, std::string(cpu).size(), dev);
+          named = true;
+        }
+      }
+      TORCH_CHECK_NOT_IMPLEMENTED(!named, what);
+      throw;
+    }
     if constexpr (Quantized) {
       // As CUDA names QuantizedCUDA: the operator has no kernel for
       // quantized tensors on this device (nor on the CPU, whose kernels
@@ -278,26 +316,13 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
 // The fallback as registered: a graph capture may take the call first
 // (CaptureHook.h), as it may at every openreg kernel.
 // [docs:kernel-capture-hook]
-template <bool Quantized>
+template <Kind K>
 void openreg_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                       torch::jit::Stack* stack) {
-  if (captured_boxed(op, ks, stack, &run_fallback<Quantized>)) return;
-  run_fallback<Quantized>(op, ks, stack);
+  if (captured_boxed(op, ks, stack, &run_fallback<K>)) return;
+  run_fallback<K>(op, ks, stack);
 }
 // [docs:kernel-capture-hook:end]
-
-// Sparse and sparse-CSR openreg tensors are not supported: say so
-// clearly, naming the operator and the tensor kind, instead of the
-// dispatcher's generic "could not run ... with arguments from the
-// 'Sparseopenreg' backend".
-template <const char* Kind>
-void unsupported_layout(const c10::OperatorHandle& op, c10::DispatchKeySet,
-                        torch::jit::Stack*) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "openreg does not support ", Kind,
-                              " tensors: the operator '", op.schema().operator_name(),
-                              "' has no ", Kind, " kernel for the openreg device. "
-                              "Use dense (strided) tensors, or run this part on the CPU.");
-}
 
 }  // namespace
 
@@ -308,7 +333,7 @@ void check_op_devices(const c10::FunctionSchema& schema, const torch::jit::Stack
 
 void run_cpu_kernel_boxed(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                           torch::jit::Stack* stack) {
-  run_fallback<false>(op, ks, stack);  // (the caller has its own capture hook)
+  run_fallback<Kind::Dense>(op, ks, stack);  // (the caller has its own capture hook)
 }
 
 void register_structured_kernels() {
@@ -329,6 +354,12 @@ void register_structured_kernels() {
     static auto* qlib = new torch::Library(torch::Library::IMPL, "aten",
                                            c10::DispatchKey::QuantizedPrivateUse1,
                                            __FILE__, __LINE__);
+    static auto* slib = new torch::Library(torch::Library::IMPL, "aten",
+                                           c10::DispatchKey::SparsePrivateUse1,
+                                           __FILE__, __LINE__);
+    static auto* csrlib = new torch::Library(torch::Library::IMPL, "aten",
+                                             c10::DispatchKey::SparseCsrPrivateUse1,
+                                             __FILE__, __LINE__);
     auto& dispatcher = c10::Dispatcher::singleton();
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       if (name.name.rfind("aten::", 0) != 0) continue;
@@ -345,12 +376,30 @@ void register_structured_kernels() {
         std::string qname = name.name.substr(6);
         if (!name.overload_name.empty()) qname += "." + name.overload_name;
         qlib->impl(qname.c_str(),
-                   torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<true>>());
+                   torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<Kind::Quantized>>());
       }
       // [docs:quantized-routing:end]
       const bool composite =
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+      // [docs:sparse-routing]
+      // Sparse openreg tensors: an operator with a sparse CPU kernel runs it
+      // through the sparse fallback, where the dispatcher would prefer its
+      // composite kernel (clone, empty_like, permute, sum, ...), which is not
+      // what the CPU runs for sparse tensors.
+      for (auto [cpu_key, key, library] :
+           {std::tuple{c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1, slib},
+            std::tuple{c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1,
+                       csrlib}}) {
+        if (composite && op->hasKernelForDispatchKey(cpu_key) &&
+            !op->hasKernelForDispatchKey(key)) {
+          std::string sname = name.name.substr(6);
+          if (!name.overload_name.empty()) sname += "." + name.overload_name;
+          library->impl(sname.c_str(),
+                        torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<Kind::Sparse>>());
+        }
+      }
+      // [docs:sparse-routing:end]
       if (!composite || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
         continue;
@@ -358,7 +407,7 @@ void register_structured_kernels() {
       std::string full = name.name.substr(6);
       if (!name.overload_name.empty()) full += "." + name.overload_name;
       lib->impl(full.c_str(),
-                torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<false>>());
+                torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<Kind::Dense>>());
       note_cpu_kernel_op(name);  // a graph node of it may call the CPU kernel (GraphPrepared.cpp)
 
     }
@@ -366,12 +415,12 @@ void register_structured_kernels() {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<false>>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<Kind::Dense>>());
 }
 
 // [docs:quantized-fallback]
 TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<true>>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<Kind::Quantized>>());
 }
 // [docs:quantized-fallback:end]
 
@@ -415,7 +464,7 @@ void quantized_copy_(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
   if (!copy_packed(self, src)) {
     if (is_openreg(self)) {
       if (is_openreg(src) && self.device() != src.device()) (*stack)[n - 2] = host(src);
-      openreg_fallback<true>(op, ks, stack);
+      openreg_fallback<Kind::Quantized>(op, ks, stack);
       return;
     }
     self.copy_(is_openreg(src) ? host(src) : src, non_blocking);
@@ -429,11 +478,15 @@ TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
   m.impl("copy_", torch::CppFunction::makeFromBoxedFunction<&quantized_copy_>());
 }
 
+// [docs:sparse-fallback]
+// Sparse openreg tensors run the CPU's sparse kernels on CPU sparse tensors
+// whose members alias the device memory (Sparse.h).
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout<kSparse>>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<Kind::Sparse>>());
 }
 TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupported_layout<kSparseCsr>>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<Kind::Sparse>>());
 }
+// [docs:sparse-fallback:end]
 
 }  // namespace torch_openreg

@@ -3,6 +3,7 @@
 // back into openreg tensors. Kernel-view allocations:
 // KernelViewAllocation.cpp; quantized aliases: QuantizedAlias.cpp.
 #include "KernelView.h"
+#include "Sparse.h"
 
 #include "../runtime/OpenRegAllocator.h"
 
@@ -166,10 +167,29 @@ c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
   return a;
 }
 
+// A sparse tensor's entry: a CPU sparse tensor over aliases of its members
+// (Sparse.h). Its members' entries come first; the sanitizer sees them.
+int AliasSet::sparse_entry(const at::Tensor& t, bool write) {
+  c10::TensorImpl* ti = t.unsafeGetTensorImpl();
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].openreg == ti) return static_cast<int>(i);
+  }
+  TORCH_CHECK(t.device().index() == device_,
+              "Expected all tensors to be on the same device, but found at "
+              "least two devices, openreg:", static_cast<int>(device_), " and ",
+              t.device(), "!");
+  auto impl = c10::intrusive_ptr<c10::TensorImpl>::reclaim(
+      sparse_alias(*this, t, write).unsafeReleaseTensorImpl());
+  c10::TensorImpl* raw = impl.get();
+  tensors_.push_back({std::move(impl), ti, raw});
+  return static_cast<int>(tensors_.size() - 1);
+}
+
 // The index in tensors_ of `t`'s alias, made if needed; -1 if `t` is not
 // an openreg tensor.
 int AliasSet::alias_entry(const at::Tensor& t, bool write) {
   if (!is_openreg(t)) return -1;
+  if (C10_UNLIKELY(t.layout() != c10::kStrided)) return sparse_entry(t, write);
   if (C10_UNLIKELY(sanitizing_)) {
     const void* p = nullptr;
     size_t n = 0;
@@ -326,6 +346,10 @@ void AliasSet::sync_back(const at::Tensor& openreg, const at::Tensor& cpu) {
 }
 
 void AliasSet::sync_back(c10::TensorImpl* oi, const at::Tensor& cpu) {
+  if (C10_UNLIKELY(cpu.layout() != c10::kStrided)) {
+    sparse_sync_back(*this, oi, cpu);
+    return;
+  }
   finalize_storages();
   auto* ci = cpu.unsafeGetTensorImpl();
   c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
@@ -388,6 +412,12 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
     return false;
   }
   auto* ci = cpu.unsafeGetTensorImpl();
+  if (C10_UNLIKELY(cpu.is_sparse() || cpu.layout() == c10::kSparseCsr ||
+                   cpu.layout() == c10::kSparseCsc || cpu.layout() == c10::kSparseBsr ||
+                   cpu.layout() == c10::kSparseBsc)) {
+    *result = sparse_unwrap(*this, cpu);
+    return false;
+  }
   TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_nested(),
                               "openreg does not support nested tensors: the kernel "
                               "returned one, which an openreg tensor cannot hold");

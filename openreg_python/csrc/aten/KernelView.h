@@ -146,6 +146,7 @@ class AliasSet {
     c10::TensorImpl* cpu;  // the alias, lent or not
   };
   int alias_entry(const at::Tensor& t, bool write);
+  int sparse_entry(const at::Tensor& t, bool write);
   StorageEntry& storage_alias(const c10::Storage& s);
   // unwrap: true if `cpu_result` itself is the answer (it was converted in
   // place, or is not a CPU tensor), else the answer is in *result.
