@@ -292,6 +292,69 @@ def late():
 check("late_registration", late)
 ''', env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
 
+# largeTensorTest on the PrivateUse1 device: 1 MiB.
+child("large_tensor_test", r'''
+import unittest
+import torch
+from torch.testing._internal.common_device_type import largeTensorTest
+
+class T(unittest.TestCase):
+    device_type = "openreg"
+    def runTest(self):
+        pass
+
+@largeTensorTest(1 << 20, device="openreg")
+def needs_a_mebibyte(self):
+    return "ran"
+
+def large():
+    try:
+        assert needs_a_mebibyte(T()) == "ran"
+    except unittest.SkipTest as e:
+        raise Gap(f"a 1 MiB test skipped on a device with "
+                  f"{torch.openreg.mem_get_info()[0] >> 20} MiB free: {e}")
+check("large_tensor_test", large)
+''')
+
+# The names of two device-generic classes of one file.
+child("class_names", r'''
+import torch
+from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase
+
+class TestA(TestCase):
+    @dtypes(torch.float32)
+    def test_x(self, device, dtype):
+        pass
+
+class TestB(TestCase):
+    def test_y(self, device):
+        pass
+
+def names():
+    scope = {"TestA": TestA, "TestB": TestB}
+    instantiate_device_type_tests(TestA, scope, only_for="privateuse1")
+    instantiate_device_type_tests(TestB, scope, only_for="privateuse1")
+    got = sorted(k for k in scope if k.startswith("Test"))
+    suffixes = {k[len("TestA"):] for k in got}
+    if len(suffixes) != 1:
+        raise Gap(f"one file's classes are named {got}")
+check("class_names", names)
+''')
+
+# flex_attention on openreg tensors.
+child("flex_attention", r'''
+import torch
+from torch.nn.attention.flex_attention import flex_attention
+
+def flex():
+    q = torch.randn(1, 2, 16, 16)
+    out = flex_attention(q.to("openreg"), q.to("openreg"), q.to("openreg"))
+    torch.testing.assert_close(out.cpu(), flex_attention(q, q, q))
+check("flex_attention", flex, ValueError,
+      r"FlexAttention is only supported on .* devices\. Found input tensors on openreg device")
+''')
+
 # PYTORCH_TESTING_DEVICE_FOR_CUSTOM with the backend's name.
 child("device_for_custom", r'''
 import unittest
@@ -708,6 +771,16 @@ class TestDeviceGaps:
     def test_hw_classification_for_a_privateuse1_backend(self, children):
         outcome(children, "hw_classification")
 
+    @gap(34, "torch.testing: largeTensorTest skips every device type but cuda, xpu, mtia, "
+         "cpu and mps ('Unknown device type')")
+    def test_large_tensor_test_on_a_privateuse1_device(self, children):
+        outcome(children, "large_tensor_test")
+
+    @gap(35, "torch.testing: a file's first PrivateUse1 class is ...PRIVATEUSE1, the later "
+         "ones ...<BACKEND>")
+    def test_privateuse1_test_class_names(self, children):
+        outcome(children, "class_names")
+
     @gap(10, "torch.accelerator.memory_* need a c10::DeviceAllocator (an internal assert "
          "otherwise)")
     def test_accelerator_memory_with_a_plain_allocator(self, children):
@@ -730,6 +803,11 @@ class TestModuleGaps:
          "TensorImpl::has_compatible_shallow_copy_type lists the backend; PrivateUse1 is not")
     def test_module_conversion_keeps_tied_weights(self, children):
         outcome(children, "shallow_copy_type", "tied_weights")
+
+    @gap(33, "nn.attention: flex_attention's _validate_device accepts cuda, cpu, xpu, hpu "
+         "and mps only")
+    def test_flex_attention_on_a_privateuse1_device(self, children):
+        outcome(children, "flex_attention")
 
 
 @pytest.mark.profiler
