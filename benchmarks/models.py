@@ -22,35 +22,12 @@ samples run). Read ratios, not absolute times. Nothing is asserted.
 import argparse
 import copy
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _timing import paired  # noqa: E402 (benchmarks/ is on sys.path when run as a script)
 
 BENCH_PAIRS = int(os.environ.get("BENCH_PAIRS", "40"))
-
-
-def paired(steps, syncs, pairs, group):
-    """Seconds per step of each device (median of its samples) and the median
-    of the pairwise ratios openreg / cpu. A sample is `group` steps and a
-    synchronize; the two samples of a pair run back to back, in alternating
-    order so that neither device always goes first."""
-    devs = list(steps)
-    times = {dev: [] for dev in devs}
-    ratios = []
-    for i in range(pairs):
-        sample = {}
-        for dev in (devs if i % 2 == 0 else devs[::-1]):
-            t0 = time.perf_counter()
-            for _ in range(group):
-                steps[dev]()
-            syncs[dev]()
-            sample[dev] = (time.perf_counter() - t0) / group
-        for dev in devs:
-            times[dev].append(sample[dev])
-        ratios.append(sample["openreg"] / sample["cpu"])
-    return {dev: statistics.median(t) for dev, t in times.items()}, statistics.median(ratios)
 
 
 def make_step(torch, zoo, name, model, dev, compiled):
