@@ -28,6 +28,10 @@ For each file (one pytest process each, a timeout each):
    machine). A test skipped on the device that runs on the CPU is counted
    with its skip reason: a skip is a hidden gap until it has a reason.
 
+A file that does not import (a test file of another PyTorch release) is
+reported as not importable when it fails so on the CPU without the backend
+too, and as a defect when only the backend's presence breaks it.
+
 It writes OUT/<file>.xml (pytest's JUnit of step 1), OUT/junit.xml (every
 test with its triaged outcome) and OUT/report.json (passed, failed, flaky,
 timed out, excused, expected, skips; tools/relay.py reads it), prints a table
@@ -303,6 +307,11 @@ class FileReport:
     xfailed: list[str]
     not_run: int  # tests that never ran (after a timeout or crash)
     cpu_seconds: float | None = None  # the whole file on the CPU (--cpu-timing)
+    # Why the file ran no test because pytest could not collect it (an import
+    # error), and whether it fails so on the CPU without the backend too (a
+    # file of another PyTorch release: not the backend's).
+    import_error: str | None = None
+    import_fails_on_cpu: bool = False
 
 
 def triage_file(file: str, device: str, first: Run, again: Run | None, cpu: Run | None,
@@ -362,17 +371,25 @@ def triage_file(file: str, device: str, first: Run, again: Run | None, cpu: Run 
 
 
 def collect_count(python: str, tests_dir: pathlib.Path, file: str, device_type: str,
-                  timeout: float) -> int | None:
+                  timeout: float, env: dict | None = None) -> int | None:
     """How many of the file's tests pytest collects for ``device_type`` (None:
     collection failed), so that tests a timeout kept from running are counted."""
     try:
         r = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only",
                             "-q", file], cwd=tests_dir, capture_output=True, text=True,
                            timeout=timeout,
-                           env=_env({"PYTORCH_TESTING_DEVICE_ONLY_FOR": device_type}))
+                           env=_env({"PYTORCH_TESTING_DEVICE_ONLY_FOR": device_type,
+                                     **(env or {})}))
     except subprocess.TimeoutExpired:
         return None
     return sum(1 for line in r.stdout.splitlines() if "::" in line) if r.returncode == 0 else None
+
+
+def collection_error(log: str) -> str:
+    """The error line of a file pytest could not collect (its log's last 'E' line)."""
+    lines = [line[1:].strip() for line in pathlib.Path(log).read_text(errors="replace")
+             .splitlines() if line.startswith("E ")]
+    return lines[-1][:500] if lines else "pytest collected nothing (see the log)"
 
 
 def run_file(python: str, tests_dir: pathlib.Path, file: str, out: pathlib.Path, *,
@@ -382,10 +399,24 @@ def run_file(python: str, tests_dir: pathlib.Path, file: str, out: pathlib.Path,
     """The three runs of one file, triaged."""
     env = env or {}
     stem = file[:-3] if file.endswith(".py") else file
+    left_out = None if run_all else [p for e in expectations if not e.run for p in e.tests]
     first = run_pytest(python, tests_dir, [file, f"--junitxml={out}/{stem}.xml"],
                        device_type="privateuse1", out=out, name=stem, timeout=timeout, env=env,
-                       select=select, deselect=None if run_all else
-                       [p for e in expectations if not e.run for p in e.tests])
+                       select=select, deselect=left_out)
+    if not first.results and not first.running and first.returncode not in (0, 5, "timeout"):
+        # Nothing ran: the file does not import here. Is it the backend's doing,
+        # or does it fail so without the backend too?
+        reason = collection_error(first.log)
+        on_cpu = collect_count(python, tests_dir, file, "cpu", timeout,
+                               dict(env, TORCH_DEVICE_BACKEND_AUTOLOAD="0")) is None
+        report = triage_file(file, device, first, None, None, expectations)
+        report.import_error, report.import_fails_on_cpu = reason, on_cpu
+        if not on_cpu:
+            report.failed.append({"test": file, "message": f"the file does not import with "
+                                  f"the backend loaded: {reason}", "cpu_twin": file,
+                                  "cpu": "imports"})
+            report.counts["failed"] += 1
+        return report
     collected = None
     if first.timed_out or first.returncode not in (0, 1, 5):
         collected = len(select) if select else collect_count(python, tests_dir, file,
@@ -409,8 +440,11 @@ def run_file(python: str, tests_dir: pathlib.Path, file: str, out: pathlib.Path,
                          name=f"{stem}-cpu", timeout=timeout, env=cpu_env, select=twins)
     cpu_seconds = None
     if cpu_timing:
-        whole = run_pytest(python, tests_dir, [file], device_type="cpu", out=out,
-                           name=f"{stem}-cpu-timing", timeout=timeout, env=cpu_env)
+        # The same tests as the device run: the patterns left out match the
+        # CPU's classes too (TestFoo*).
+        whole = run_pytest(python, tests_dir, [file, f"--junitxml={out}/{stem}-cpu-timing.xml"],
+                           device_type="cpu", out=out, name=f"{stem}-cpu-timing",
+                           timeout=timeout, env=cpu_env, deselect=left_out)
         cpu_seconds = whole.seconds
     return triage_file(file, device, first, again, cpu, expectations, collected, cpu_seconds)
 
@@ -440,6 +474,9 @@ def _junit(reports: list[FileReport], path: pathlib.Path) -> None:
                           message=f"expected ({f['kind']}): {f['reason']}")
         for s in r.skipped:
             ET.SubElement(case(s["test"], r.file), "skipped", message=s["reason"][:1000])
+        if r.import_error and r.import_fails_on_cpu:
+            ET.SubElement(case(f"{r.file}::<import>", r.file), "skipped",
+                          message=f"does not import on this torch: {r.import_error[:900]}")
     suite.attrib.update(tests=str(len(suite)),
                         failures=str(sum(len(r.failed) for r in reports)))
     root = ET.Element("testsuites")
@@ -474,10 +511,14 @@ def build_report(reports: list[FileReport], *, device: str, tests_dir: pathlib.P
         "seconds": round(seconds, 1),
         "totals": totals,
         "files": [{"file": r.file, "seconds": r.seconds, "cpu_seconds": r.cpu_seconds,
-                   "returncode": r.returncode, "counts": r.counts} for r in reports],
+                   "returncode": r.returncode, "counts": r.counts,
+                   **({"import_error": r.import_error} if r.import_error else {})}
+                  for r in reports],
         "failed": [dict(f, file=r.file) for r in reports for f in r.failed],
         "flaky": [dict(f, file=r.file) for r in reports for f in r.flaky],
         "timed_out": timed_out,
+        "not_importable": [{"file": r.file, "reason": r.import_error} for r in reports
+                           if r.import_error and r.import_fails_on_cpu],
         "excused": [dict(f, file=r.file) for r in reports for f in r.excused],
         "expected": [dict(f, file=r.file) for r in reports for f in r.expected],
         "unused_expectations": [e.tests for e in expectations if id(e) not in used],
@@ -514,6 +555,9 @@ def print_table(report: dict) -> None:
         print(f"DEFECT  {f['test']}: {f['message'][:300]} (CPU twin: {f['cpu']})")
     for f in report["timed_out"]:
         print(f"TIMEOUT {f['file']}: while running {f['test']}")
+    for f in report["not_importable"]:
+        print(f"NOT RUN {f['file']}: does not import on this torch, with or without the "
+              f"backend: {f['reason']}")
     for f in report["flaky"]:
         print(f"FLAKY   {f['test']}: {f['message'][:200]}")
     for tests in report["unused_expectations"]:
@@ -523,7 +567,8 @@ def print_table(report: dict) -> None:
           f"excused (fail on the CPU too), {report['totals'].get('expected', 0)} expected, "
           f"{report['totals'].get('flaky', 0)} flaky, {len(report['timed_out'])} timed out, "
           f"{report['totals'].get('skipped_run_on_cpu', 0)} skipped on the device that run on "
-          f"the CPU", flush=True)
+          f"the CPU, {len(report['not_importable'])} file(s) that do not import on this torch",
+          flush=True)
 
 
 def _backend(python: str) -> tuple[str, str]:

@@ -28,6 +28,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 import pytorch_suite as ps  # noqa: E402
 
 
+def torch_testing_file():
+    import torch.testing._internal.common_dtype as m
+
+    return m.__file__
+
+
 def expectations(tmp_path, entries):
     path = tmp_path / "expect.json"
     path.write_text(json.dumps({"expected": entries}))
@@ -236,6 +242,10 @@ TREE = {
         instantiate_device_type_tests(TestHangs, globals())
     ''',
     "test_plain.py": "def test_not_device_generic():\n    pass\n",
+    # A file of another PyTorch release: it imports a name this torch lacks.
+    "test_other_release.py": (
+        "from torch.testing._internal.common_device_type import instantiate_device_type_tests\n"
+        "from torch.testing._internal.common_dtype import a_name_of_a_later_release\n"),
 }
 
 
@@ -273,7 +283,13 @@ class TestRun:
         assert r.returncode == 1, r.stdout + r.stderr
         report = json.loads((out / "report.json").read_text())
         # only the files that instantiate device-generic tests
-        assert [f["file"] for f in report["files"]] == ["test_hangs.py", "test_mixed.py"]
+        assert [f["file"] for f in report["files"]] == ["test_hangs.py", "test_mixed.py",
+                                                        "test_other_release.py"]
+        assert report["not_importable"] == [{
+            "file": "test_other_release.py",
+            "reason": "ImportError: cannot import name 'a_name_of_a_later_release' from "
+                      "'torch.testing._internal.common_dtype' "
+                      + f"({torch_testing_file()})"}]
         P = "test_mixed.py::TestMixedPRIVATEUSE1::"
 
         def names(key):

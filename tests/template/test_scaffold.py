@@ -112,6 +112,14 @@ class TestScaffoldNew:
         relay = (foo_tree / "tools/relay.py").read_text()
         assert '"--device", "foo"' in relay and '"--dist-backend", "fccl"' in relay
         assert "job-name: foo-smoke" in (foo_tree / ".github/workflows/relay.yml").read_text()
+        # PyTorch's own test files run against the new backend (docs/pytorch-suite.md):
+        # the runner takes the backend's name from the interpreter, its settings and
+        # expectations from one file under the new names; transformers' spec too.
+        assert (foo_tree / "tools/pytorch_suite.py").exists()
+        assert '"FOO_DEVICE_MEMORY": "16G"' in (
+            foo_tree / "tools/pytorch_suite_expectations.json").read_text()
+        assert 'DEVICE_NAME = "foo"' in (
+            foo_tree / "foo_python/torch_foo/transformers_device_spec.py").read_text()
         # The generated tree scaffolds under its own names.
         assert 'SELF = {"device": "foo", "camel": "Foo", "ccl": "fccl"' in (
             foo_tree / "tools/scaffold.py").read_text()

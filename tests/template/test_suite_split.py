@@ -222,4 +222,5 @@ class TestHardwareClassification:
                            "TestSuiteSplit", "TestHardwareClassification", "TestTorchWindow",
                            "TestTorchPin", "TestTorchGates", "TestTriage", "TestReport",
                            "TestWorkflow", "TestRerun", "TestRun", "TestResolve",
-                           "TestLeftBehindCheck", "TestCiReport"}, classes
+                           "TestLeftBehindCheck", "TestCiReport", "TestTwins",
+                           "TestExpectations"}, classes
