@@ -5,7 +5,7 @@ PyTorch's codegen puts ``c10::impl::check_and_update_common_device`` into
 every CUDA kernel wrapper unless the operator says ``device_check: NoCheck``
 (mostly TensorIterator operators, which accept CPU scalars, and the copy
 operators). OpenReg applies the same rules (openreg_python/csrc/aten/
-DeviceCheck.cpp), read here at build time instead of guessed.
+core/DeviceCheck.cpp), read here at build time instead of guessed.
 
 Usage: gen_device_check.py NATIVE_FUNCTIONS_YAML OUTPUT_INC
 The output is a C++ initializer list of "name.overload" strings.

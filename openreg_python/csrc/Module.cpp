@@ -1,8 +1,8 @@
 // torch_openreg._C: the Python bindings behind torch.openreg.
 // Importing it loads libtorch_openreg, whose static initialisers register
 // the allocator, guard, hooks, host allocator and kernels with PyTorch.
-#include "aten/Graph.h"
-#include "aten/KernelView.h"
+#include "aten/graph/Graph.h"
+#include "aten/core/KernelView.h"
 #include "runtime/OpenRegAllocator.h"
 #include "runtime/OpenRegFunctions.h"
 #include "runtime/OpenRegGenerator.h"
@@ -351,7 +351,7 @@ void bind_streams(py::module& m) {
 }
 
 // Graphs: pool handles and the capture status (the graph itself is
-// torch.accelerator.Graph, aten/GraphImpl.cpp).
+// torch.accelerator.Graph, aten/graph/GraphImpl.cpp).
 void bind_graphs(py::module& m) {
   m.def("_graph_pool_handle", [] {
     auto id = torch_openreg::graphPoolHandle();
@@ -515,8 +515,9 @@ void bind_backend_meta(py::module& m) {
 // torch._C._dynamo.guards._empty_strided_cpu/_cuda for CPU and CUDA graphs:
 // torch.empty_strided parses its arguments and goes through the dispatcher,
 // about 0.9 us more per buffer, and a compiled training step allocates
-// hundreds. The same allocation as the empty_strided kernel (Minimal.cpp),
-// called directly: _empty_strided(size, stride, dtype, device_index).
+// hundreds. The same maker as the empty_strided kernel (empty_strided_on,
+// runtime/OpenRegAllocator.h), called directly:
+// _empty_strided(size, stride, dtype, device_index).
 PyObject* empty_strided_fast(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   TORCH_CHECK_TYPE(nargs == 4, "_empty_strided(size, stride, dtype, device_index) takes 4 "
@@ -541,10 +542,8 @@ PyObject* empty_strided_fast(PyObject* /*self*/, PyObject* const* args, Py_ssize
                    Py_TYPE(args[2])->tp_name);
   const auto dtype = reinterpret_cast<THPDtype*>(args[2])->scalar_type;
   TORCH_CHECK_TYPE(THPUtils_checkLong(args[3]), "_empty_strided: device_index must be an int");
-  torch_openreg::DeviceScope scope(device_index(THPUtils_unpackLong(args[3])));
-  return THPVariable_Wrap(at::detail::empty_strided_generic(
-      sizes, strides, torch_openreg::getDeviceAllocator(),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype));
+  return THPVariable_Wrap(at::Tensor(torch_openreg::empty_strided_on(
+      device_index(THPUtils_unpackLong(args[3])), sizes, strides, dtype)));
   END_HANDLE_TH_ERRORS
 }
 // [docs:fast-empty-strided:end]

@@ -1,12 +1,12 @@
-// torch_openreg._C bindings of the stream sanitizer (aten/Sanitizer.h), and
+// torch_openreg._C bindings of the stream sanitizer (aten/core/Sanitizer.h), and
 // the C++ exception behind torch_openreg.StreamRaceError.
 //
 // Kernels live in libtorch_openreg, which does not link libtorch_python; the
 // exception type Python maps to its own class (torch::PyTorchError, whose
 // python_type() the torch bindings' error handlers ask) must come from this
 // module, so libtorch_openreg throws through a function registered here.
-#include "aten/KernelView.h"
-#include "aten/Sanitizer.h"
+#include "aten/core/KernelView.h"
+#include "aten/core/Sanitizer.h"
 
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/pybind.h>

@@ -18,5 +18,5 @@
 
 // PyTorch 2.14 puts linalg_matrix_sqrth on CUDA's fp32 autocast list
 // (aten/src/ATen/autocast_mode.cpp; CPU's has it too): openreg registers CUDA's
-// policy, so it does from 2.14 (csrc/aten/Autocast.cpp).
+// policy, so it does from 2.14 (csrc/aten/kernels/Autocast.cpp).
 #define OPENREG_GATE_AUTOCAST_MATRIX_SQRTH OPENREG_TORCH_AT_LEAST(2, 14, 0)

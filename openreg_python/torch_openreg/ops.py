@@ -1,7 +1,7 @@
 """Custom operators defined from Python with ``torch.library`` (``torch.ops.openreg.*``).
 
-The C++ side defines ``openreg::fused_bias_gelu`` (``csrc/aten/CustomOpBiasGelu.cpp``) and
-the structured ``openreg::scaled_add`` (``csrc/aten/CustomOpScaledAdd.cpp``). This module shows the Python route, for operators
+The C++ side defines ``openreg::fused_bias_gelu`` (``csrc/aten/custom_ops/CustomOpBiasGelu.cpp``) and
+the structured ``openreg::scaled_add`` (``csrc/aten/custom_ops/CustomOpScaledAdd.cpp``). This module shows the Python route, for operators
 whose kernels are themselves written with torch operations:
 
 ``openreg::rms_norm(x, weight, eps)`` -- ``x / sqrt(mean(x**2, -1) + eps) * weight``, as

@@ -2,7 +2,7 @@
 // is written as the custom-operator examples are (openreg_python/csrc/aten/
 // CustomOpBiasGelu.cpp: TORCH_LIBRARY, a PrivateUse1 kernel launched through
 // run_on_device_of) and writes one element past its output.
-#include "aten/CustomOps.h"
+#include "aten/custom_ops/CustomOps.h"
 
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>

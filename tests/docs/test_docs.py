@@ -39,7 +39,7 @@ class TestSnippets:
         # top-level folder, C/C++, Python and CMake), not only in openreg_*.
         files = set(docs_snippets.source_files())
         assert {"openreg_runtime/src/memory.cpp", "openreg_runtime/include/openreg.h",
-                "openreg_python/csrc/aten/KernelView.h",
+                "openreg_python/csrc/aten/core/KernelView.h",
                 "openreg_python/torch_openreg/openreg/amp.py",
                 "benchmarks/eager.py", "examples/demo.py", "CMakeLists.txt",
                 "openreg_runtime/CMakeLists.txt"} <= files

@@ -44,7 +44,7 @@ reproducibility instead: a second openreg call from the same seed, on fresh
 copies of the sample, gives bit-for-bit the same outputs, arguments and
 gradients. Their distributions are tested in tests/ops/test_rng.py.
 
-The CPU's own kernels run on openreg (see openreg_python/csrc/aten/Fallback.cpp),
+The CPU's own kernels run on openreg (see openreg_python/csrc/aten/kernels/Fallback.cpp),
 so for a deterministic operator the results are expected bit-for-bit equal
 (``OPINFO_EXACT=1`` checks that: the only operators that differ at all are
 those of the BUG and NOT THE BACKEND entries of opinfo_skips.py, whose float32

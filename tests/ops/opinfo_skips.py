@@ -157,7 +157,7 @@ SAMPLE_SKIPS = {
 # sweep records the difference instead of failing the sample; the summary
 # prints each entry's example, and an entry whose op no longer differs fails
 # the summary (delete it). The ops whose CPU kernels differed are laid out as
-# promised by the openreg kernels (openreg_python/csrc/aten/MetaLayout.cpp's
+# promised by the openreg kernels (openreg_python/csrc/aten/layout/MetaLayout.cpp's
 # kPromisedLayout); an op the sweep flags belongs there, or here with a reason
 # while it is open work:
 #   STRIDE_DIFFERENCES = {"op name": "BUG: why its result differs"}

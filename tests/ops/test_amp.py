@@ -311,7 +311,7 @@ class TestAutocastPolicy:
         check(out, fn(*cast_floats(args, dtype)), dtype, loose_ref=fn(*args), loose_tol=LOOSE[dtype])
 
     # On a PrivateUse1 device ATen's cells call _thnn_fused_lstm_cell /
-    # _thnn_fused_gru_cell (openreg_python/csrc/aten/Recurrent.cpp).
+    # _thnn_fused_gru_cell (openreg_python/csrc/aten/kernels/Recurrent.cpp).
     @pytest.mark.parametrize("cell", ["lstm", "gru"])
     def test_fused_rnn_cells(self, cell):
         torch.manual_seed(0)

@@ -1,5 +1,5 @@
 """Device placement: operators that mix openreg and CPU tensors fail as on CUDA,
-before anything runs or is written (csrc/aten/DeviceCheck.h)."""
+before anything runs or is written (csrc/aten/core/DeviceCheck.h)."""
 
 import pytest
 import torch

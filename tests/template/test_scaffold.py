@@ -107,7 +107,7 @@ class TestScaffoldNew:
         assert "FOO_DEVICE_COUNT" in (foo_tree / "tests/_subprocess.py").read_text()
         assert 'rename_privateuse1_backend("foo")' in (
             foo_tree / "foo_python/torch_foo/__init__.py").read_text()
-        assert "REGISTER_GRAPH_IMPL(FOO," in (foo_tree / "foo_python/csrc/aten/GraphImpl.cpp").read_text()
+        assert "REGISTER_GRAPH_IMPL(FOO," in (foo_tree / "foo_python/csrc/aten/graph/GraphImpl.cpp").read_text()
         # The relay job (docs/ci.md) tests the new backend under its names.
         relay = (foo_tree / "tools/relay.py").read_text()
         assert '"--device", "foo"' in relay and '"--dist-backend", "fccl"' in relay
@@ -132,7 +132,7 @@ class TestScaffoldNew:
         header = (dest / "npu_sim_runtime/include/npu_sim.h").read_text()
         assert "npuMalloc(" in header and "NPU_MAX_DEVICES" in header
         assert (dest / "hccl_sim/c10d/ProcessGroupHCCL_SIM.cpp").exists()
-        assert "class NpuSimGraph" in (dest / "npu_sim_python/csrc/aten/GraphImpl.cpp").read_text()
+        assert "class NpuSimGraph" in (dest / "npu_sim_python/csrc/aten/graph/GraphImpl.cpp").read_text()
         assert leftovers(dest) == []
 
 

@@ -223,4 +223,4 @@ class TestHardwareClassification:
                            "TestTorchPin", "TestTorchGates", "TestTriage", "TestReport",
                            "TestWorkflow", "TestRerun", "TestRun", "TestResolve",
                            "TestLeftBehindCheck", "TestCiReport", "TestTwins",
-                           "TestExpectations"}, classes
+                           "TestExpectations", "TestGlueLayout"}, classes

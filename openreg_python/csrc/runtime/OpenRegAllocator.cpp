@@ -31,8 +31,11 @@
 #include "OpenRegAllocatorAsan.h"
 #include "OpenRegFunctions.h"
 #include "OpenRegStream.h"
-#include "../aten/Sanitizer.h"
+#include "aten/core/Sanitizer.h"
 
+#include <ATen/EmptyTensor.h>
+
+#include <optional>
 #include <sstream>
 
 namespace torch_openreg::alloc {
@@ -557,6 +560,15 @@ void cacheCpuAlias(const c10::DataPtr& ptr, c10::StorageImpl* alias) {
 bool isDeviceDataPtr(const c10::DataPtr& ptr) {
   return ptr.get_deleter() == &deleter &&
          ptr.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+at::TensorBase empty_strided_on(c10::DeviceIndex index, c10::IntArrayRef sizes,
+                                c10::IntArrayRef strides, c10::ScalarType dtype) {
+  std::optional<DeviceScope> scope;
+  if (index != current_device()) scope.emplace(index);
+  return at::detail::empty_strided_generic(sizes, strides, getDeviceAllocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           dtype);
 }
 
 }  // namespace torch_openreg

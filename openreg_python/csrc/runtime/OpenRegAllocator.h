@@ -3,15 +3,31 @@
 #pragma once
 
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/ScalarType.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/util/ArrayRef.h>
 
 #include <memory>
 #include <vector>
 
+namespace at {
+class TensorBase;
+}
+
 namespace torch_openreg {
 
 c10::DeviceAllocator* getDeviceAllocator();
+
+// [docs:empty-strided-on]
+// An uninitialised openreg tensor on device `index`: the one maker of the
+// empty_strided kernel (kernels/Minimal.cpp) and of torch_openreg._C.
+// _empty_strided, the allocation of Inductor's compiled graphs (Module.cpp).
+// The allocator allocates on the current device: the current device is
+// exchanged only when it is another one.
+at::TensorBase empty_strided_on(c10::DeviceIndex index, c10::IntArrayRef sizes,
+                                c10::IntArrayRef strides, c10::ScalarType dtype);
+// [docs:empty-strided-on:end]
 
 // An openreg DataPtr of `nbytes` on `device`, whatever the current device
 // is (Allocator::allocate uses the current one).

@@ -14,7 +14,7 @@ namespace torch_openreg {
 // already records the C++ location; the message names the runtime call.)
 [[noreturn]] void throw_runtime_error(orError_t err, const char* call);
 // orErrorStreamRace: the sanitizer's report, as torch_openreg.StreamRaceError
-// (aten/Sanitizer.cpp).
+// (aten/core/Sanitizer.cpp).
 [[noreturn]] void throw_stream_race(const std::string& report);
 
 }  // namespace torch_openreg

@@ -38,7 +38,7 @@ class DeviceScope {
 bool is_pinned_pointer(const void* p) noexcept;
 
 // Offset from a device address to the kernel view of the same byte. Kernels
-// that run ATen's CPU code on device memory use it (see aten/KernelView.h).
+// that run ATen's CPU code on device memory use it (see aten/core/KernelView.h).
 intptr_t kernel_view_offset(c10::DeviceIndex index);
 
 }  // namespace torch_openreg

@@ -3,7 +3,7 @@
 //
 // Kernels do not keep an engine: each random kernel takes a (seed, base
 // offset) pair from the generator when it is enqueued (philox_state()) and
-// computes every element from its stream position (aten/Philox.h has the
+// computes every element from its stream position (aten/core/Philox.h has the
 // rule). That is CUDA's model: the state is 16 bytes, get_rng_state() is
 // (seed, offset) as two little-endian uint64, and DTensor's RNG tracker can
 // move the offset to give each shard its part of one stream.

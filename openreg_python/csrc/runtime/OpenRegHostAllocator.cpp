@@ -4,7 +4,7 @@
 // async copy can keep a pinned block alive until the copy has run.
 #include "OpenRegFunctions.h"
 #include "OpenRegStream.h"
-#include "../aten/Sanitizer.h"
+#include "aten/core/Sanitizer.h"
 
 #include <ATen/core/CachingHostAllocator.h>
 

@@ -1,7 +1,7 @@
 """Automatic mixed precision support for ``torch.autocast("openreg")``.
 
 The operator policies (which ops run in float16/bfloat16, which in float32,
-which promote) are registered in C++ (``csrc/aten/Autocast.cpp``). This file
+which promote) are registered in C++ (``csrc/aten/kernels/Autocast.cpp``). This file
 holds what ``torch.amp`` asks the device module for.
 """
 

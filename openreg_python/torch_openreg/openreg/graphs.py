@@ -2,7 +2,7 @@
 ``graph_pool_handle``, ``make_graphed_callables``, as ``torch.cuda`` has them.
 
 The graph itself is ``torch.accelerator.Graph``, implemented in C++
-(``openreg_python/csrc/aten/GraphImpl.cpp``, registered with
+(``openreg_python/csrc/aten/graph/GraphImpl.cpp``, registered with
 ``REGISTER_GRAPH_IMPL``); this module is the ``torch.cuda.graphs`` layer on
 top of it. See ``docs/graphs.md``.
 """

@@ -25,12 +25,12 @@
 // attention_backward_kernel with your fused kernels; keep the checks, the
 // choice function, the output contract (shapes/dtypes as in torch's meta
 // function for this op) and the seed handling.
-#include "CaptureHook.h"
+#include "aten/graph/CaptureHook.h"
 #include "AttentionDropoutCache.h"
-#include "DeviceCheck.h"
-#include "KernelView.h"
+#include "aten/core/DeviceCheck.h"
+#include "aten/core/KernelView.h"
 
-#include "../runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegGenerator.h"
 
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>

@@ -1,6 +1,6 @@
 #include "AttentionDropoutCache.h"
 
-#include "Philox.h"
+#include "aten/core/Philox.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>

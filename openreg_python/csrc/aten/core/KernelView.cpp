@@ -3,9 +3,9 @@
 // back into openreg tensors. Kernel-view allocations:
 // KernelViewAllocation.cpp; quantized aliases: QuantizedAlias.cpp.
 #include "KernelView.h"
-#include "Sparse.h"
+#include "SparseAlias.h"
 
-#include "../runtime/OpenRegAllocator.h"
+#include "runtime/OpenRegAllocator.h"
 
 #include <ATen/core/TensorBody.h>
 #include <ATen/quantized/QTensorImpl.h>
@@ -168,7 +168,7 @@ c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
 }
 
 // A sparse tensor's entry: a CPU sparse tensor over aliases of its members
-// (Sparse.h). Its members' entries come first; the sanitizer sees them.
+// (SparseAlias.h). Its members' entries come first; the sanitizer sees them.
 int AliasSet::sparse_entry(const at::Tensor& t, bool write) {
   c10::TensorImpl* ti = t.unsafeGetTensorImpl();
   for (size_t i = 0; i < tensors_.size(); ++i) {

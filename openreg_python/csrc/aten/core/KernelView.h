@@ -20,8 +20,8 @@
 #include <exception>
 #include <functional>
 
-#include "../runtime/OpenRegFunctions.h"
-#include "../runtime/OpenRegStream.h"
+#include "runtime/OpenRegFunctions.h"
+#include "runtime/OpenRegStream.h"
 #include "Sanitizer.h"
 
 namespace torch_openreg {

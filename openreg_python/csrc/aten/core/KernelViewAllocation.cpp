@@ -4,7 +4,7 @@
 // allocations there (KernelView.h).
 #include "KernelView.h"
 
-#include "../runtime/OpenRegAllocator.h"
+#include "runtime/OpenRegAllocator.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>

@@ -5,7 +5,7 @@
 // SparseCsrTensorImpl) whose member tensors (indices and values; compressed
 // and plain indices and values) are dense openreg tensors. Its kernels are
 // the CPU's sparse kernels, run as the dense ones are (KernelView.h): the
-// boxed fallback gives the CPU kernel a CPU sparse tensor whose members are
+// boxed fallback (kernels/Fallback.cpp) gives the CPU kernel a CPU sparse tensor whose members are
 // CPU aliases of the device memory, and turns the sparse results back into
 // openreg ones whose members are the device memory the kernel wrote.
 //

@@ -8,7 +8,7 @@
 //
 // Vendor: rename the namespace, keep the pattern; the body of
 // bias_gelu_compute is where your device kernel is launched.
-#include "CaptureHook.h"
+#include "aten/graph/CaptureHook.h"
 #include "CustomOps.h"
 
 #include <ATen/Dispatch.h>

@@ -15,7 +15,7 @@
 //
 // Vendor: rename the namespace, keep the pattern; the body of the impl is
 // where your device kernel is launched.
-#include "CaptureHook.h"
+#include "aten/graph/CaptureHook.h"
 #include "CustomOps.h"
 
 #include <ATen/ExpandUtils.h>

@@ -2,8 +2,8 @@
 // CustomOpScaledAdd.cpp): running a kernel body on openreg or CPU tensors.
 #pragma once
 
-#include "DeviceCheck.h"
-#include "KernelView.h"
+#include "aten/core/DeviceCheck.h"
+#include "aten/core/KernelView.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/LegacyTypeDispatch.h>

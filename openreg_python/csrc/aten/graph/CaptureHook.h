@@ -15,7 +15,7 @@
 // The kernels are what a real device's capture sees too (its launches).
 #pragma once
 
-#include "KernelView.h"
+#include "aten/core/KernelView.h"
 
 #include <ATen/core/boxing/KernelFunction.h>
 #include <ATen/core/boxing/impl/boxing.h>

@@ -29,15 +29,15 @@
 #include "Graph.h"
 #include "GraphCapture.h"
 
-#include "DeviceCheck.h"
-#include "KernelView.h"
-#include "Philox.h"
-#include "StackArgs.h"
+#include "aten/core/DeviceCheck.h"
+#include "aten/core/KernelView.h"
+#include "aten/core/Philox.h"
+#include "aten/core/StackArgs.h"
 
-#include "../runtime/OpenRegException.h"
-#include "../runtime/OpenRegFunctions.h"
-#include "../runtime/OpenRegGenerator.h"
-#include "../runtime/OpenRegStream.h"
+#include "runtime/OpenRegException.h"
+#include "runtime/OpenRegFunctions.h"
+#include "runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegStream.h"
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/empty.h>

@@ -10,10 +10,10 @@
 #pragma once
 
 #include "CaptureHook.h"
-#include "KernelView.h"
-#include "Sanitizer.h"
+#include "aten/core/KernelView.h"
+#include "aten/core/Sanitizer.h"
 
-#include "../runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegGenerator.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>

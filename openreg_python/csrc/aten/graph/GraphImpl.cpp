@@ -12,11 +12,11 @@
 #include "Graph.h"
 #include "GraphCapture.h"
 
-#include "../runtime/OpenRegAllocator.h"
-#include "../runtime/OpenRegException.h"
-#include "../runtime/OpenRegFunctions.h"
-#include "../runtime/OpenRegGenerator.h"
-#include "../runtime/OpenRegStream.h"
+#include "runtime/OpenRegAllocator.h"
+#include "runtime/OpenRegException.h"
+#include "runtime/OpenRegFunctions.h"
+#include "runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegStream.h"
 
 #include <ATen/core/GraphImplInterface.h>
 

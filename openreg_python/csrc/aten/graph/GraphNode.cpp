@@ -3,10 +3,10 @@
 // the stream sanitizer when the graph is replayed).
 #include "GraphCapture.h"
 
-#include "KernelView.h"
-#include "StackArgs.h"
+#include "aten/core/KernelView.h"
+#include "aten/core/StackArgs.h"
 
-#include "../runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegGenerator.h"
 
 #include <c10/util/flat_hash_map.h>
 

@@ -32,10 +32,10 @@
 #include "Graph.h"
 #include "GraphCapture.h"
 
-#include "KernelView.h"
-#include "StackArgs.h"
+#include "aten/core/KernelView.h"
+#include "aten/core/StackArgs.h"
 
-#include "../runtime/OpenRegFunctions.h"
+#include "runtime/OpenRegFunctions.h"
 
 #include <ATen/native/TensorIterator.h>
 #include <ATen/ops/add_native.h>

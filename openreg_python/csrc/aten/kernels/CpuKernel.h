@@ -11,9 +11,9 @@
 // and structured kernels (the at::cpu:: namespace).
 #pragma once
 
-#include "CaptureHook.h"
-#include "DeviceCheck.h"
-#include "KernelView.h"
+#include "aten/graph/CaptureHook.h"
+#include "aten/core/DeviceCheck.h"
+#include "aten/core/KernelView.h"
 
 #include <ATen/core/List.h>
 #include <ATen/core/IListRef.h>

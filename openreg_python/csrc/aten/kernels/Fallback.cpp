@@ -8,16 +8,16 @@
 // metadata. Random operators without an openreg kernel of their own draw
 // from the openreg generator through a CPU engine seeded from it (see
 // bridge_generator), and `device=` arguments are mapped.
-#include "CaptureHook.h"
-#include "DeviceCheck.h"
-#include "Graph.h"
-#include "KernelView.h"
-#include "MetaLayout.h"
-#include "StackArgs.h"
+#include "aten/graph/CaptureHook.h"
+#include "aten/core/DeviceCheck.h"
+#include "aten/graph/Graph.h"
+#include "aten/core/KernelView.h"
+#include "aten/layout/MetaLayout.h"
+#include "aten/core/StackArgs.h"
 
-#include "Philox.h"
+#include "aten/core/Philox.h"
 
-#include "../runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegGenerator.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -40,7 +40,7 @@ namespace {
 enum class Kind {
   Dense,      // PrivateUse1: the CPU kernel, redispatched to CPU
   Quantized,  // QuantizedPrivateUse1: whichever kernel the CPU would run
-  Sparse,     // SparsePrivateUse1, SparseCsrPrivateUse1: as Quantized (Sparse.h)
+  Sparse,     // SparsePrivateUse1, SparseCsrPrivateUse1: as Quantized (core/SparseAlias.h)
 };
 
 c10::IValue unwrap_value(AliasSet& aliases, c10::IValue v) {
@@ -480,7 +480,7 @@ TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
 
 // [docs:sparse-fallback]
 // Sparse openreg tensors run the CPU's sparse kernels on CPU sparse tensors
-// whose members alias the device memory (Sparse.h).
+// whose members alias the device memory (core/SparseAlias.h).
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&openreg_fallback<Kind::Sparse>>());
 }

@@ -2,12 +2,12 @@
 // (empty, empty_strided), metadata/view ops, resizing, set_, copies between
 // devices and _local_scalar_dense. Everything else goes through the
 // zero-copy fallback (Fallback.cpp) or the native kernels of later files.
-#include "CaptureHook.h"
-#include "Dropout.h"
-#include "KernelView.h"
+#include "aten/graph/CaptureHook.h"
+#include "aten/random/Dropout.h"
+#include "aten/core/KernelView.h"
 
-#include "../runtime/OpenRegAllocator.h"
-#include "../runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegAllocator.h"
+#include "runtime/OpenRegGenerator.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/CachingHostAllocator.h>
@@ -66,10 +66,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<bool> pin_memory) {
   check_dense_layout(layout);
   TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
-  DeviceScope scope(target_device(device));
-  return at::detail::empty_strided_generic(
-      size, stride, getDeviceAllocator(),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::dtype_or_default(dtype));
+  return empty_strided_on(target_device(device), size, stride, c10::dtype_or_default(dtype));
 }
 
 // ------------------------------------------------------------ resizing

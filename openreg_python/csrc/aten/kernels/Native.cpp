@@ -6,7 +6,7 @@
 //
 // Vendor: this is where a backend registers its own kernels. The list below
 // is the set worth optimising first for typical training workloads.
-#include "CaptureHook.h"
+#include "aten/graph/CaptureHook.h"
 #include "CpuKernel.h"
 
 #include <ATen/CPUFunctions.h>

@@ -7,9 +7,9 @@
 // nn.LSTMCell and nn.GRUCell fail on openreg. The math and the workspace
 // layout follow the CUDA kernels, so the autograd formulas that consume the
 // workspace work unchanged; each cell runs as one kernel on the device.
-#include "CaptureHook.h"
-#include "DeviceCheck.h"
-#include "KernelView.h"
+#include "aten/graph/CaptureHook.h"
+#include "aten/core/DeviceCheck.h"
+#include "aten/core/KernelView.h"
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>

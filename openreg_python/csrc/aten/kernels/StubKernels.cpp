@@ -16,8 +16,8 @@
 // The kernel is an elementwise loop over the iterator's device pointers,
 // the shape of a real device kernel. Other stubs follow the same pattern.
 
-#include "CaptureHook.h"
-#include "KernelView.h"
+#include "aten/graph/CaptureHook.h"
+#include "aten/core/KernelView.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/CPUFunctions.h>

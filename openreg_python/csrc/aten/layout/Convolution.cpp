@@ -1,9 +1,9 @@
 // Convolution: ATen routes every non-CPU/CUDA/MKLDNN backend to the
 // *_overrideable entry points, which a backend must implement. Here they run
 // the CPU convolution (oneDNN/im2col) in place on device memory.
-#include "CaptureHook.h"
-#include "DeviceCheck.h"
-#include "KernelView.h"
+#include "aten/graph/CaptureHook.h"
+#include "aten/core/DeviceCheck.h"
+#include "aten/core/KernelView.h"
 
 #include <ATen/Functions.h>
 #include <ATen/native/ConvUtils.h>

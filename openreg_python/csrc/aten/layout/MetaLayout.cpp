@@ -27,11 +27,11 @@
 // [docs:meta-layout:end]
 #include "MetaLayout.h"
 
-#include "Graph.h"
-#include "CaptureHook.h"
-#include "GraphCapture.h"
-#include "KernelView.h"
-#include "StackArgs.h"
+#include "aten/graph/Graph.h"
+#include "aten/graph/CaptureHook.h"
+#include "aten/graph/GraphCapture.h"
+#include "aten/core/KernelView.h"
+#include "aten/core/StackArgs.h"
 
 #include <ATen/Functions.h>
 #include <ATen/OpMathType.h>

@@ -11,12 +11,12 @@
 // multiplies, so NaN and inf propagate as they do in CUDA's kernel
 // (x * 0 is NaN for x = inf), unlike a select.
 // Vendor: a real device fuses the mask draw in too (Philox seed/offset).
-#include "CaptureHook.h"
+#include "aten/graph/CaptureHook.h"
 #include "Dropout.h"
 
-#include "DeviceCheck.h"
-#include "KernelView.h"
-#include "MetaLayout.h"
+#include "aten/core/DeviceCheck.h"
+#include "aten/core/KernelView.h"
+#include "aten/layout/MetaLayout.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>

@@ -21,13 +21,13 @@
 //
 // Vendor: these are your device's RNG kernels; keep the registration and
 // the generator handling, and compute the same positions from Philox.
-#include "CaptureHook.h"
-#include "DeviceCheck.h"
-#include "KernelView.h"
-#include "MetaLayout.h"
-#include "Philox.h"
+#include "aten/graph/CaptureHook.h"
+#include "aten/core/DeviceCheck.h"
+#include "aten/core/KernelView.h"
+#include "aten/layout/MetaLayout.h"
+#include "aten/core/Philox.h"
 
-#include "../runtime/OpenRegGenerator.h"
+#include "runtime/OpenRegGenerator.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Dispatch_v2.h>
