@@ -221,9 +221,13 @@ orError_t run_captured(void* p) {
     }
   }
   if (!c) {
-    fprintf(stderr, "[occl rank %d] %s on communicator %s, which was destroyed after the "
-                    "capture: the replay fails\n",
-            cap->rank, cap->name.c_str(), cap->comm_name.c_str());
+    // The reason goes into the replay's stream error (what the caller's
+    // synchronize raises), and to stderr for the other ranks' logs.
+    const std::string why = "[occl rank " + std::to_string(cap->rank) + "] " + cap->name +
+                            " on communicator " + cap->comm_name +
+                            ", which was destroyed after the capture: the replay fails";
+    fprintf(stderr, "%s\n", why.c_str());
+    orKernelSetErrorMessage(why.c_str());
     return orErrorLaunchFailure;
   }
   auto* op = new Op{c, 0, cap->name.c_str(), cap->describe, cap->body, cap->try_first,
@@ -239,7 +243,10 @@ orError_t run_captured(void* p) {
   }
   c->inflight.fetch_sub(1);
   if (failed) {
-    fprintf(stderr, "[occl rank %d] %s failed: %s\n", cap->rank, cap->name.c_str(), why.c_str());
+    const std::string msg =
+        "[occl rank " + std::to_string(cap->rank) + "] " + cap->name + " failed: " + why;
+    fprintf(stderr, "%s\n", msg.c_str());
+    orKernelSetErrorMessage(msg.c_str());
     return orErrorLaunchFailure;
   }
   return orSuccess;

@@ -83,6 +83,13 @@ OR_API const char* orGetErrorString(orError_t error);
  * device/stream and the reason. (No CUDA equivalent: CUDA only has codes.)
  * The pointer is valid until the next runtime call on this thread. */
 OR_API const char* orGetLastErrorMessage(void);
+/* Called by a kernel function (orKernelFn_t) that is about to return an
+ * error: `message` becomes the reason its stream's error gives (at the next
+ * synchronisation, or from a synchronous launch), in place of the error
+ * code's string alone. A kernel that runs inside a graph replay gives it to
+ * the replay's error. Ignored outside a kernel; copied. (No CUDA
+ * equivalent: a device-side assert is CUDA's nearest.) */
+OR_API orError_t orKernelSetErrorMessage(const char* message);
 
 /* ---------------------------------------------------------------- devices */
 typedef struct orDeviceProp {

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE  // REG_ERR, to tell a write from a read
 #endif
 #include "memcheck.h"
+#include "scheduler.h"
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -341,7 +342,8 @@ orError_t run_kernel(const Item& it, int device, unsigned long long stream, std:
   const size_t pool_before = g_pool_watch.count.load();
   g_running.fetch_add(1);
   t_watch = &w;
-  const orError_t e = it.kfn(it.args);
+  std::string failed;
+  const orError_t e = call_kernel_fn(it, &failed);
   t_watch = outer;
   g_running.fetch_sub(1);
   Watch* bad = w.recorded.load() ? &w : nullptr;
@@ -349,7 +351,7 @@ orError_t run_kernel(const Item& it, int device, unsigned long long stream, std:
     bad = &g_pool_watch;  // an intra-op thread's (of this kernel, or of one beside it)
   }
   if (__builtin_expect(!bad, 1)) {
-    if (e != orSuccess) *why = format("kernel '%s' failed: %s", it.name, orGetErrorString(e));
+    if (e != orSuccess) *why = std::move(failed);
     return e;
   }
   // The kernel ran to its end with its invalid accesses let through.

@@ -97,14 +97,33 @@ orError_t resolve_copy(const Item& it, void** dst, const void** src,
 
 }  // namespace
 
+namespace {
+// The reason a running kernel gave for its failure (orKernelSetErrorMessage).
+// Per kernel: a kernel may launch another inline.
+struct KernelMessage {
+  std::string text;
+};
+thread_local KernelMessage* t_kernel_message = nullptr;
+}  // namespace
+
+orError_t call_kernel_fn(const Item& it, std::string* why) {
+  KernelMessage mine;
+  KernelMessage* const outer = t_kernel_message;
+  t_kernel_message = &mine;
+  const orError_t e = it.kfn(it.args);
+  t_kernel_message = outer;
+  if (e != orSuccess) {
+    *why = format("kernel '%s' failed: %s", it.name,
+                  mine.text.empty() ? orGetErrorString(e) : mine.text.c_str());
+  }
+  return e;
+}
+
 orError_t execute(const Item& it, int device, unsigned long long stream, std::string* why) {
   switch (it.type) {
     case Item::Kernel: {
       if (__builtin_expect(memcheck::on(), 0)) return memcheck::run_kernel(it, device, stream, why);
-      orError_t e = it.kfn(it.args);
-      if (e != orSuccess)
-        *why = format("kernel '%s' failed: %s", it.name, orGetErrorString(e));
-      return e;
+      return call_kernel_fn(it, why);
     }
     case Item::HostFunc:
       it.hfn(it.args);
@@ -469,3 +488,13 @@ orError_t launch_synchronously(orStream_t handle, Item& it, const char* call,
 // [docs:sync-launch:end]
 
 }  // namespace openreg
+
+extern "C" {
+
+orError_t orKernelSetErrorMessage(const char* message) {
+  if (!message) return openreg::fail(orErrorInvalidValue, "orKernelSetErrorMessage: message is NULL");
+  if (openreg::t_kernel_message) openreg::t_kernel_message->text = message;
+  return orSuccess;
+}
+
+}  // extern "C"

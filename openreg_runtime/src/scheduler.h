@@ -64,6 +64,10 @@ orError_t check_live_event(orEvent_t e, const char* call);  // event.cpp
 // Run one item's body (no scheduler lock held) for stream `stream` of
 // `device` (named in memcheck reports). Returns its error.
 orError_t execute(const Item& it, int device, unsigned long long stream, std::string* why);
+// Calls a kernel item's function. On failure *why is "kernel '<name>' failed:
+// <reason>", the reason being what the kernel gave orKernelSetErrorMessage,
+// else the error code's string.
+orError_t call_kernel_fn(const Item& it, std::string* why);
 
 // ---- stream capture and graphs (graph.cpp)
 namespace capture {

@@ -8,6 +8,10 @@
 
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <pybind11/stl.h>
 #include <pybind11/eval.h>
 
@@ -97,6 +101,13 @@ orError_t fill_kernel(void* p) {
   return orSuccess;
 }
 orError_t failing_kernel(void*) { return orErrorLaunchFailure; }
+
+// Fails saying why (orKernelSetErrorMessage); args: the message (owned by
+// the caller until the kernel ran).
+orError_t failing_kernel_with_reason(void* args) {
+  orKernelSetErrorMessage(static_cast<const char*>(args));
+  return orErrorLaunchFailure;
+}
 
 // x[i] = x[i] * mul + add: an owned-argument kernel (orLaunchKernelOwned)
 // whose result depends on how many times, and in which order, it ran.
@@ -570,15 +581,26 @@ class OpenRegError(RuntimeError):
     });
   }, py::arg("stream"), py::arg("gate"), py::arg("defer"), py::arg("not_ready_on_worker") = false,
      py::arg("flags") = int(orLaunchMayDefer));
-  m.def("launch_failing_kernel", [](uintptr_t s, bool sync) {
+  m.def("launch_failing_kernel", [](uintptr_t s, bool sync, std::optional<std::string> reason) {
     orError_t e;
     {
       py::gil_scoped_release nogil;
-      e = orLaunchKernel(S(s), failing_kernel, nullptr, "always_fails",
-                         sync ? orLaunchSynchronous : orLaunchDefault);
+      if (reason) {
+        // The message lives as long as the kernel needs it: owned by the launch.
+        char* text = strdup(reason->c_str());
+        e = orLaunchKernelOwned(S(s), failing_kernel_with_reason, text,
+                                [](void* p) { free(p); }, "fails_saying_why",
+                                sync ? orLaunchSynchronous : orLaunchDefault);
+      } else {
+        e = orLaunchKernel(S(s), failing_kernel, nullptr, "always_fails",
+                           sync ? orLaunchSynchronous : orLaunchDefault);
+      }
     }
     check(e);
-  }, py::arg("stream"), py::arg("sync") = false);
+  }, py::arg("stream"), py::arg("sync") = false, py::arg("reason") = std::nullopt);
+  m.def("kernel_set_error_message_outside_a_kernel", [](const char* m) {
+    check(orKernelSetErrorMessage(m));
+  });
   // `threads` host threads each launch `iters` kernels on stream `s`: mostly
   // synchronous (the lock-free claim), every 7th a default launch (inline or
   // queued for a worker), with stream synchronisations, and thread 0 also

@@ -39,6 +39,23 @@ class TestAsyncErrors:
         sync_stream(stream)  # reported once
         assert rt.stream_query(stream)
 
+    def test_a_kernel_says_why_it_failed(self, stream):
+        # orKernelSetErrorMessage: the reason is in the stream's error, for a
+        # queued launch (reported at synchronize) and a synchronous one.
+        rt.launch_failing_kernel(stream, reason="the peer never answered (rank 1)")
+        with pytest.raises(OpenRegError) as ei:
+            sync_stream(stream)
+        msg = str(ei.value)
+        assert "kernel 'fails_saying_why' failed: the peer never answered (rank 1)" in msg
+        assert ei.value.name == "orErrorLaunchFailure"
+        with pytest.raises(OpenRegError, match="failed: right now"):
+            call_with_timeout(rt.launch_failing_kernel, stream, True, "right now")
+        # Outside a kernel the call does nothing (and refuses NULL: not reachable here).
+        rt.kernel_set_error_message_outside_a_kernel("ignored")
+        rt.launch_failing_kernel(stream)
+        with pytest.raises(OpenRegError, match="kernel 'always_fails' failed: unspecified launch failure"):
+            sync_stream(stream)
+
     def test_failing_kernel_when_queued(self, stream):
         with gates() as gs:
             g = gs.launch(stream)
