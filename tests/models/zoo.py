@@ -202,8 +202,9 @@ def missing(name: str) -> str | None:
     """Why ``name`` cannot be built with this torch, or None."""
     library = MODELS[name].library
     if importlib.util.find_spec(library) is None:
-        return (f"{library} is not installed: only torch 2.14.1 of the window has a torchvision "
-                "build here (requirements-torch-2.14.1.txt, docs/models.md)")
+        return (f"{library} is not installed: torch 2.15.0 and 2.14.1 of the window have a "
+                "torchvision that loads, 2.13.0's CPU build none "
+                "(requirements-torch-<release>.txt, docs/models.md)")
     return None
 
 
