@@ -1,6 +1,6 @@
 // A C++ operator with a planted bug, for tests/device/test_memcheck.py: it
 // is written as the custom-operator examples are (openreg_python/csrc/aten/
-// CustomOpBiasGelu.cpp: TORCH_LIBRARY, a PrivateUse1 kernel launched through
+// custom_ops/CustomOpBiasGelu.cpp: TORCH_LIBRARY, a PrivateUse1 kernel launched through
 // run_on_device_of) and writes one element past its output.
 #include "aten/custom_ops/CustomOps.h"
 
