@@ -21,6 +21,10 @@ from tests.target import HW
 pytestmark = pytest.mark.openreg_only
 
 TIMEOUT = 30.0
+# The exporter's first answer waits for a new interpreter to start and load
+# the runtime: under ThreadSanitizer, beside CI's other lane, that took over
+# 30 s once. Still bounded; the child is killed when it is exceeded.
+STARTUP_TIMEOUT = 180.0
 SIZE = 3 * 4096 + 512  # not a whole number of pages
 
 
@@ -37,7 +41,7 @@ def _exporter(to_parent, from_parent, size):
     crt.memcpy(dev, ctypes.addressof(buf), size, crt.HostToDevice)
     to_parent.put((crt.ipc_get_mem_handle(dev), crt.ipc_get_mem_handle(dev + 1024), os.getpid()))
     while True:
-        cmd = from_parent.get(timeout=TIMEOUT)
+        cmd = from_parent.get(timeout=STARTUP_TIMEOUT)
         if cmd == "read":
             out = ctypes.create_string_buffer(size)
             crt.memcpy(ctypes.addressof(out), dev, size, crt.DeviceToHost)
@@ -55,13 +59,17 @@ class Exporter:
         self.proc = ctx.Process(target=_exporter, args=(self.to_parent, self.from_parent, size),
                                 daemon=True)
         self.proc.start()
-        self.handle, self.interior_handle, self.pid = self.get()
-
-    def get(self):
         try:
-            return self.to_parent.get(timeout=TIMEOUT)
+            self.handle, self.interior_handle, self.pid = self.get(STARTUP_TIMEOUT)
+        except BaseException:
+            self.stop()  # no exporter outlives a failed start
+            raise
+
+    def get(self, timeout=TIMEOUT):
+        try:
+            return self.to_parent.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"exporter did not answer within {TIMEOUT} s "
+            raise AssertionError(f"exporter did not answer within {timeout} s "
                                  f"(exit code {self.proc.exitcode})") from None
 
     def read(self):
@@ -207,6 +215,7 @@ try:
     rt.ipc_get_mem_handle(p)
 except rt.OpenRegError as e:
     print(e.name, "OPENREG_STRICT_MEMORY" in str(e))
-""", timeout=TIMEOUT, env={"OPENREG_STRICT_MEMORY": "0"}, clean_openreg_env=True)
+""", timeout=STARTUP_TIMEOUT, env={"OPENREG_STRICT_MEMORY": "0"},
+                         clean_openreg_env=True)
         assert res.returncode == 0, res.stderr
         assert res.stdout.split() == ["orErrorNotSupported", "True"]
