@@ -143,6 +143,56 @@ class TestDeviceThreadOpenMP:
         assert p.returncode == 0, p.stderr[-3000:]
         assert "worker: (True, 2) main: 2 [2.0, 2.0, 2.0, 2.0] openreg_w0" in p.stdout, p.stdout
 
+    # In a backward hook (run by autograd's device thread), a kernel whose
+    # work is worth both cores (a fallback operator over 2^20 elements) and a
+    # small one record their OpenMP width; the process's thread count after
+    # the backward says whether the wide kernel's pool outlived it.
+    WIDE = textwrap.dedent("""
+        import os, threading, torch
+        torch.set_num_threads(2)
+        lib = torch.library.Library("omp_probe", "DEF")
+        lib.define("width(Tensor x) -> Tensor")
+        seen = []
+        def width(x):
+            seen.append((x.numel(), torch.get_num_threads()))
+            return x.clone()
+        lib.impl("width", width, "CPU")
+        lib.impl("width", lambda x: torch.empty_like(x), "Meta")
+        big = torch.ones(1 << 20, device="openreg")
+        small = torch.ones(1 << 10, device="openreg")
+        def step(probe):
+            x = torch.randn(64, 64, device="openreg", requires_grad=True)
+            y = x @ x
+            if probe:
+                y.register_hook(lambda g: (torch.ops.omp_probe.width(big),
+                                           torch.ops.omp_probe.width(small), None)[-1])
+            y.sum().backward()
+            torch.openreg.synchronize()
+        step(False)
+        before = len(os.listdir("/proc/self/task"))
+        step(True)
+        step(True)
+        after = len(os.listdir("/proc/self/task"))
+        print("widths:", seen[-2:], "threads:", after - before, "main:", torch.get_num_threads(),
+              flush=True)
+    """)
+
+    def test_a_large_kernel_on_the_device_thread_runs_at_full_width_and_releases_its_pool(self):
+        # The pool lives only as long as the kernel (KernelViewAllocation.cpp, WideKernel).
+        p = run_python(self.WIDE, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "widths: [(1048576, 2), (1024, 1)] threads: 0 main: 2" in p.stdout, p.stdout
+
+    def test_one_runs_every_kernel_at_one_thread(self):
+        p = run_python(self.WIDE, timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "one"})
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "widths: [(1048576, 1), (1024, 1)] threads: 0" in p.stdout, p.stdout
+
+    def test_keep_runs_every_kernel_at_the_pools_width(self):
+        p = run_python(self.WIDE, timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "keep"})
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "widths: [(1048576, 2), (1024, 2)]" in p.stdout, p.stdout
+
     def test_an_invalid_setting_fails_the_first_kernel_naming_it(self):
         p = run_python(
             "import torch\n"
@@ -152,8 +202,8 @@ class TestDeviceThreadOpenMP:
             "    print('raised:', e)\n",
             timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "2"})
         assert p.returncode == 0, p.stderr[-3000:]
-        assert "raised: OPENREG_DEVICE_THREAD_OMP must be 'one' (the default) or 'keep', got '2'" \
-            in p.stdout, p.stdout
+        assert ("raised: OPENREG_DEVICE_THREAD_OMP must be 'kernel' (the default), 'one' or "
+                "'keep', got '2'") in p.stdout, p.stdout
 
 
 def d64(*shape, requires_grad=True):

@@ -191,6 +191,11 @@ double softmax_scale(std::optional<double> scale, int64_t head_dim) {
   return scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
 
+// An attention kernel's work, for its width on a device thread (WideKernel).
+int64_t attention_work(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return (q.numel() + k.numel() + v.numel()) * kMatmulWeight;
+}
+
 // ------------------------------------------------------------ the kernels
 // Everything below runs inside launch_kernel on CPU aliases of device memory.
 
@@ -609,7 +614,7 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
       // Contiguous (B, H, L), as the op's meta function declares: the CPU
       // kernel returns it transposed, and compiled graphs check the strides.
       r.lse = lse.to(at::kFloat).contiguous();
-    });
+    }, attention_work(query, key, value));
     return {set.unwrap(r.out), set.unwrap(r.lse), at::Tensor(), at::Tensor(),
             c10::SymInt(s.L), c10::SymInt(s.S), philox_seed, philox_offset, at::Tensor()};
   }
@@ -622,7 +627,7 @@ sdpa_overrideable(const at::Tensor& query, const at::Tensor& key, const at::Tens
       r.out = r.out.squeeze(0);
       if (r.debug.defined()) r.debug = r.debug.squeeze(0);
     }
-  });
+  }, attention_work(query, key, value));
   // cum_seq_q/k are for nested (ragged) inputs, which this kernel does not
   // take: undefined, as in the meta function.
   return {set.unwrap(r.out), set.unwrap(r.lse), at::Tensor(), at::Tensor(),
@@ -685,7 +690,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
       if (grad_input_mask[0]) r.dq = with_layout_of(dq, q, q.scalar_type());
       if (grad_input_mask[1]) r.dk = with_layout_of(dk, k, k.scalar_type());
       if (grad_input_mask[2]) r.dv = with_layout_of(dv, v, v.scalar_type());
-    });
+    }, attention_work(query, key, value));
     return {set.unwrap(r.dq), set.unwrap(r.dk), set.unwrap(r.dv), at::Tensor()};
   }
   launch_kernel(device, "aten::_scaled_dot_product_fused_attention_overrideable_backward", [&] {
@@ -697,7 +702,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
       if (r.dk.defined()) r.dk = r.dk.squeeze(0);
       if (r.dv.defined()) r.dv = r.dv.squeeze(0);
     }
-  });
+  }, attention_work(query, key, value));
   return {set.unwrap(r.dq), set.unwrap(r.dk), set.unwrap(r.dv), set.unwrap(r.dbias)};
 }
 

@@ -46,6 +46,51 @@ struct KernelScope {
   int prev_;
 };
 
+// A kernel's work, for the width it runs at on autograd's device threads
+// (KernelViewAllocation.cpp, [docs:device-thread-width]): the elements of its
+// tensor arguments, times kMatmulWeight for the matmul family, whose
+// arithmetic grows faster than its operands.
+constexpr int64_t kMatmulWeight = 8;
+// The work from which a kernel on a device thread opens an OpenMP pool of the
+// process's width for itself (and releases it when it ends): 2^20 elements
+// (4 MiB of float32), or a matmul of 2^17 (a 256x256 square times another).
+constexpr int64_t kWideKernelWork = int64_t(1) << 20;
+
+// While alive, a kernel of `work` (above) that runs on an autograd device
+// thread runs at the process's OpenMP width when the work is worth it;
+// elsewhere, and for smaller work, it does nothing.
+struct WideKernel {
+  explicit WideKernel(int64_t work) {
+    if (C10_UNLIKELY(work >= kWideKernelWork)) on_ = widen();
+  }
+  ~WideKernel() {
+    if (C10_UNLIKELY(on_)) narrow();
+  }
+  WideKernel(const WideKernel&) = delete;
+  WideKernel& operator=(const WideKernel&) = delete;
+
+ private:
+  static bool widen();
+  static void narrow();
+  bool on_ = false;
+};
+
+// Kernel names of the matmul family (work weighted by kMatmulWeight).
+constexpr bool is_matmul_kernel(const char* name) {
+  auto starts = [](const char* s, const char* p) {
+    while (*p)
+      if (*s++ != *p++) return false;
+    return *s == '\0' || *s == '.';
+  };
+  for (const char* op : {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation",
+                         "convolution_overrideable", "convolution_backward_overrideable"})
+    if (starts(name, op)) return true;
+  return false;
+}
+
+// The elements of a kernel's tensor arguments (work estimates, above).
+inline int64_t tensor_elements(const at::Tensor& t) { return t.defined() ? t.numel() : 0; }
+
 // Kernels that run ATen's CPU code on device memory allocate their outputs
 // and workspaces here: the returned DataPtr points at the kernel view of a
 // device block and claims device CPU, so CPU code can write it. Turn it into
@@ -189,8 +234,10 @@ inline thread_local int graph_inline_depth = 0;
 // earlier work, on this thread, with CPU allocations routed to the device.
 // Exceptions thrown by `fn` propagate to the caller unchanged.
 // [docs:launch-kernel]
+// `work` (optional) is the kernel's work estimate, for its width on an
+// autograd device thread (WideKernel).
 template <class F>
-void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn) {
+void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn, int64_t work = 0) {
   if (C10_UNLIKELY(graph_inline_depth != 0)) {
     KernelScope scope(device);
     fn();
@@ -199,12 +246,14 @@ void launch_kernel(c10::DeviceIndex device, const char* name, F&& fn) {
   struct Ctx {
     F* fn;
     c10::DeviceIndex device;
+    int64_t work;
     std::exception_ptr error;
-  } ctx{&fn, device, nullptr};
+  } ctx{&fn, device, work, nullptr};
   orKernelFn_t body = [](void* p) -> orError_t {
     auto* c = static_cast<Ctx*>(p);
     try {
       KernelScope scope(c->device);
+      WideKernel wide(c->work);
       (*c->fn)();
     } catch (...) {
       c->error = std::current_exception();

@@ -115,6 +115,31 @@ void kv_deleter(void* kv) {
 constexpr int kThreadUnseen = -2;
 thread_local int t_kernel_device = kThreadUnseen;
 
+// OpenMP's and MKL's thread-count calls, found in torch's libraries at run
+// time (the glue does not link OpenMP or MKL itself); MKL keeps a thread
+// count of its own. (MKL's C entry point is MKL_Set_Num_Threads_Local: the
+// lower-case symbols are its Fortran interface, which takes a pointer.)
+struct ThreadWidthFns {
+  void (*omp_set)(int) = nullptr;
+  int (*mkl_set)(int) = nullptr;
+  int (*omp_pause)(int) = nullptr;  // omp_pause_resource_all (OpenMP 5.0)
+};
+constexpr int kOmpPauseSoft = 1;  // omp_pause_soft
+
+const ThreadWidthFns& thread_width_fns() {
+  static const ThreadWidthFns fns = [] {
+    ThreadWidthFns f;
+    f.omp_set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    f.mkl_set = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
+    f.omp_pause = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "omp_pause_resource_all"));
+    return f;
+  }();
+  return fns;
+}
+
+// The OpenMP width a narrowed device thread had (WideKernel), or 0.
+thread_local int t_device_thread_width = 0;
+
 // [docs:device-thread-pool]
 // The first kernel that a thread runs. On autograd's device threads
 // (pt_autograd_<index>: the backward of openreg tensors runs there, as for
@@ -125,35 +150,66 @@ thread_local int t_kernel_device = kThreadUnseen;
 // 100 for every pool: each parallel region of the process, on any thread,
 // pays a futex wake-up per worker (docs/performance.md). A GPU's backward
 // uses no host threads; this keeps openreg's from taxing every other CPU
-// operation of the process. OPENREG_DEVICE_THREAD_OMP=keep leaves the pool.
+// operation of the process, except for the kernels worth both cores, which
+// open a pool for as long as they run (WideKernel, below; the default,
+// OPENREG_DEVICE_THREAD_OMP=kernel). OPENREG_DEVICE_THREAD_OMP=one keeps
+// every kernel at one thread, =keep leaves the thread its pool.
 // The runtime's stream workers (openreg_w<index>) keep theirs: a graph
 // replay queued behind asynchronous work runs there, and a large one needs
 // both cores (docs/performance.md measures the trade-off).
 void first_kernel_of_this_thread() {
   // (Checked on every thread's first kernel, so a bad value fails at once.)
-  static const bool keep = [] {
+  enum Mode { kKernel, kOne, kKeep };
+  static const Mode mode = [] {
     const char* v = std::getenv("OPENREG_DEVICE_THREAD_OMP");
-    if (!v || !*v || std::strcmp(v, "one") == 0) return false;
+    if (!v || !*v || std::strcmp(v, "kernel") == 0) return kKernel;
+    if (std::strcmp(v, "one") == 0) return kOne;
     TORCH_CHECK(std::strcmp(v, "keep") == 0,
-                "OPENREG_DEVICE_THREAD_OMP must be 'one' (the default) or 'keep', got '", v, "'");
-    return true;
+                "OPENREG_DEVICE_THREAD_OMP must be 'kernel' (the default), 'one' or 'keep', got '",
+                v, "'");
+    return kKeep;
   }();
   char name[16] = {0};
-  if (keep || pthread_getname_np(pthread_self(), name, sizeof(name)) != 0 ||
+  if (mode == kKeep || pthread_getname_np(pthread_self(), name, sizeof(name)) != 0 ||
       std::strncmp(name, "pt_autograd_", 12) != 0)
     return;
-  at::get_num_threads();  // ATen's lazy per-thread set-up first, so it does not undo this
-  // Both are found in torch's libraries at run time (the glue does not link
-  // OpenMP or MKL itself); MKL keeps a thread count of its own. (MKL's C
-  // entry point is MKL_Set_Num_Threads_Local: the lower-case symbols are
-  // its Fortran interface, which takes a pointer.)
-  if (auto set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads")))
-    set(1);
-  if (auto set = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local")))
-    set(1);
+  // ATen's lazy per-thread set-up first, so it does not undo this; its
+  // answer is the width this thread would have had.
+  const int width = at::get_num_threads();
+  const ThreadWidthFns& f = thread_width_fns();
+  if (f.omp_set) f.omp_set(1);
+  if (f.mkl_set) f.mkl_set(1);
+  if (mode == kKernel && width > 1 && f.omp_set && f.omp_pause) t_device_thread_width = width;
 }
 // [docs:device-thread-pool:end]
 }  // namespace
+
+// [docs:device-thread-width]
+// A kernel on a device thread whose work is worth both cores (a matmul of
+// the backward) would lose half its speed at one OpenMP thread; with a pool
+// that outlives it, every other parallel region of the process pays the
+// throttled wake-ups again. So such a kernel opens a pool of the process's
+// width for itself and releases it (omp_pause_resource_all) when it ends:
+// while it runs, the thread that called backward() is asleep waiting for it,
+// so the two pools never compete, and after it there is again one pool in
+// the process. The pool's start and release cost about a thread start
+// (docs/performance.md measures it); small kernels stay at one thread.
+bool WideKernel::widen() {
+  const int width = t_device_thread_width;
+  if (width <= 1) return false;  // not a narrowed device thread (or one core)
+  const ThreadWidthFns& f = thread_width_fns();
+  f.omp_set(width);
+  if (f.mkl_set) f.mkl_set(width);
+  return true;
+}
+
+void WideKernel::narrow() {
+  const ThreadWidthFns& f = thread_width_fns();
+  f.omp_set(1);
+  if (f.mkl_set) f.mkl_set(1);
+  f.omp_pause(kOmpPauseSoft);  // this thread's pool only
+}
+// [docs:device-thread-width:end]
 
 c10::DataPtr allocateKernelView(c10::DeviceIndex device, size_t nbytes) {
   if (nbytes == 0) {

@@ -273,6 +273,12 @@ struct Slot<std::tuple<T...>> {
   std::tuple<T...>& get() { return *v; }
 };
 
+// A tensor argument's elements, added to a kernel's work (WideKernel).
+template <class A, class V>
+inline void add_work(const V& v, int64_t* work) {
+  if constexpr (std::is_same_v<std::decay_t<A>, at::Tensor>) *work += tensor_elements(v);
+}
+
 // "add.Tensor" -> "aten::add": the operator, without the overload.
 inline std::string launch_name(const char* schema_name) {
   std::string n = schema_name;
@@ -307,18 +313,22 @@ struct CpuKernel<Fn, Name> {
     if (device < 0) device = current_device();
     // Traces name the kernel by its operator, as the fallback does ("aten::add").
     static const std::string kernel = launch_name(Name);
+    // Its width on a device thread (WideKernel): tensor arguments' elements.
+    int64_t work = 0;
+    (add_work<A>(args, &work), ...);
+    if constexpr (is_matmul_kernel(Name)) work *= kMatmulWeight;
     AliasSet set(device);
     std::tuple<typename Conv<A>::Held...> held{Conv<A>::in(set, args)...};
     if constexpr (std::is_void_v<R>) {
       launch_kernel(device, kernel.c_str(), [&] {
         std::apply([](auto&... h) { Fn(Conv<A>::pass(h)...); }, held);
-      });
+      }, work);
       write_back_all(set, held, std::index_sequence_for<A...>{}, args...);
     } else {
       Slot<R> result;
       launch_kernel(device, kernel.c_str(), [&] {
         std::apply([&](auto&... h) { result.set(Fn(Conv<A>::pass(h)...)); }, held);
-      });
+      }, work);
       write_back_all(set, held, std::index_sequence_for<A...>{}, args...);
       return Ret<R>::out(set, result.get(), args...);
     }

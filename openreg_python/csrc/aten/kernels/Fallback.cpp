@@ -256,6 +256,14 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
     g = bridge_generator(gen, device, max_numel(*stack, begin, stack->size()), schema);
   }
 
+  // Its width on a device thread (WideKernel): its largest tensor's elements,
+  // weighted for the matmul family (convolutions reach the fallback).
+  int64_t work = max_numel(*stack, begin, stack->size());
+  if (work * kMatmulWeight >= kWideKernelWork) {
+    const std::string& name = schema.name();
+    if (name.rfind("aten::", 0) == 0 && is_matmul_kernel(name.c_str() + 6)) work *= kMatmulWeight;
+  }
+
   // [docs:fallback-run]
   try {
     launch_kernel(device, schema.name().c_str(), [&] {
@@ -265,7 +273,7 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
         at::AutoDispatchBelowADInplaceOrView below_autograd;
         op.callBoxed(stack);
       }
-    });
+    }, work);
   } catch (const c10::NotImplementedError& e) {
     if constexpr (K == Kind::Sparse) {
       // No sparse kernel on the CPU, whose sparse kernels openreg runs: the

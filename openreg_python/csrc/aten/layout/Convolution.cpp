@@ -68,7 +68,7 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
     out = in_format(at::convolution(in, weight_for(w, in, fmt), b, stride, padding, dilation,
                                     transposed, output_padding, groups),
                     fmt);
-  });
+  }, (input.numel() + weight.numel()) * kMatmulWeight);
   return set.unwrap(out);
 }
 
@@ -91,7 +91,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
                                  output_mask);
     std::get<0>(r) = in_format(std::get<0>(r), fmt);  // as FakeTensor: grad_input and
     std::get<1>(r) = in_format(std::get<1>(r), fmt);  // grad_weight in the promised format
-  });
+  }, (grad_output.numel() + input.numel() + weight.numel()) * kMatmulWeight);
   return {set.unwrap(std::get<0>(r)), set.unwrap(std::get<1>(r)), set.unwrap(std::get<2>(r))};
 }
 
