@@ -257,7 +257,7 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   }
 
   // Its width on a device thread (WideKernel): its largest tensor's elements,
-  // weighted for the matmul family (convolutions reach the fallback).
+  // weighted for the matmul family (its overloads without a kernel of their own).
   int64_t work = max_numel(*stack, begin, stack->size());
   if (work * kMatmulWeight >= kWideKernelWork) {
     const std::string& name = schema.name();
