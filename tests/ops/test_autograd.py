@@ -148,7 +148,7 @@ class TestDeviceThreadOpenMP:
     # small one record their OpenMP width; the process's thread count after
     # the backward says whether the wide kernel's pool outlived it.
     WIDE = textwrap.dedent("""
-        import os, threading, torch
+        import os, torch
         torch.set_num_threads(2)
         lib = torch.library.Library("omp_probe", "DEF")
         lib.define("width(Tensor x) -> Tensor")

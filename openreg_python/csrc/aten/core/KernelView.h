@@ -75,21 +75,18 @@ struct WideKernel {
   bool on_ = false;
 };
 
-// Kernel names of the matmul family (work weighted by kMatmulWeight).
+// Kernel names of the matmul family (work weighted by kMatmulWeight; the
+// convolution and attention kernels weight their own).
 constexpr bool is_matmul_kernel(const char* name) {
   auto starts = [](const char* s, const char* p) {
     while (*p)
       if (*s++ != *p++) return false;
     return *s == '\0' || *s == '.';
   };
-  for (const char* op : {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation",
-                         "convolution_overrideable", "convolution_backward_overrideable"})
+  for (const char* op : {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation"})
     if (starts(name, op)) return true;
   return false;
 }
-
-// The elements of a kernel's tensor arguments (work estimates, above).
-inline int64_t tensor_elements(const at::Tensor& t) { return t.defined() ? t.numel() : 0; }
 
 // Kernels that run ATen's CPU code on device memory allocate their outputs
 // and workspaces here: the returned DataPtr points at the kernel view of a

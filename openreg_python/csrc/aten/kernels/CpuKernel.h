@@ -276,7 +276,7 @@ struct Slot<std::tuple<T...>> {
 // A tensor argument's elements, added to a kernel's work (WideKernel).
 template <class A, class V>
 inline void add_work(const V& v, int64_t* work) {
-  if constexpr (std::is_same_v<std::decay_t<A>, at::Tensor>) *work += tensor_elements(v);
+  if constexpr (std::is_same_v<std::decay_t<A>, at::Tensor>) *work += v.defined() ? v.numel() : 0;
 }
 
 // "add.Tensor" -> "aten::add": the operator, without the overload.

@@ -248,17 +248,20 @@ void run_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
                   K == Kind::Sparse && at::GradMode::is_enabled());
   const std::optional<size_t>& generator_arg = aliased.generator_arg;
   auto& writes = aliased.writes;
+  // The largest tensor argument's elements: the generator bridge's draw size
+  // and the kernel's work estimate.
+  const uint64_t largest = max_numel(*stack, begin, stack->size());
 
   if (generator_arg) {
     c10::IValue& g = (*stack)[begin + *generator_arg];
     std::optional<at::Generator> gen;
     if (g.isGenerator()) gen = g.toGenerator();
-    g = bridge_generator(gen, device, max_numel(*stack, begin, stack->size()), schema);
+    g = bridge_generator(gen, device, largest, schema);
   }
 
   // Its width on a device thread (WideKernel): its largest tensor's elements,
   // weighted for the matmul family (its overloads without a kernel of their own).
-  int64_t work = max_numel(*stack, begin, stack->size());
+  int64_t work = static_cast<int64_t>(largest);
   if (work * kMatmulWeight >= kWideKernelWork) {
     const std::string& name = schema.name();
     if (name.rfind("aten::", 0) == 0 && is_matmul_kernel(name.c_str() + 6)) work *= kMatmulWeight;
