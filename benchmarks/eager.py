@@ -12,15 +12,17 @@ one run; the times shown are the medians of each side. Device memory is host mem
 machinery (dispatch, aliasing, stream ordering, allocation), not of the arithmetic.
 The machines are noisy: read ratios, not absolute times.
 
-The training step is the exception: each side runs in a fresh process of its own
-(alternating cpu and openreg, BENCH_ROUNDS pairs). autograd runs the backward of
-openreg tensors on its device thread, as it does for CUDA; with an OpenMP pool of its
-own (OPENREG_DEVICE_THREAD_OMP=keep; openreg's default gives that thread one OpenMP
-thread) it makes every OpenMP region of the process slower for as long as it lives:
-the CPU side measured in the same process after an openreg backward was itself about
-20 % slower, which hid openreg's gap (docs/performance.md). A second row runs the step
-with autograd's device threads off (the backward on the calling thread, as for CPU
-tensors) to show how much of the gap is that thread.
+The training steps are measured as a user runs them: the threads the machine gives
+the process, the backward on autograd's device thread (as for CUDA), a transformer
+(nn.TransformerEncoder, 2 layers, 4 heads, PyTorch's default feed-forward and
+dropout) forward and backward. Two sizes: d=256 with batch 8x64 (the eager-backward
+issue's step) and d=512 with batch 16x128, where arithmetic dominates. Each is
+measured twice: in one process (the devices take turns, BENCH_ROUNDS pairs of
+samples, median of the pairs' ratios: two samples back to back see the same
+machine) and in fresh processes (one side per process, alternating, BENCH_ROUNDS
+pairs), because what one device leaves behind in a process (an OpenMP pool, warm
+caches) can slow or speed the other (docs/performance.md). The training rows run in
+the default strict mode only.
 """
 
 import argparse
@@ -31,14 +33,15 @@ import statistics
 import subprocess
 import sys
 
-from _timing import bench  # benchmarks/ is on sys.path when run as a script
+from _timing import bench, paired  # benchmarks/ is on sys.path when run as a script
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 
-TARGETS = {  # openreg/cpu targets (the eager-overhead issue), the same in both modes
+TARGETS = {  # openreg/cpu targets (the eager-overhead and eager-backward issues)
     "tiny": 1.3,
     "large": 1.0,
-    "train": 1.02,
+    "train": 1.05,  # in one process
+    "train-fresh": 1.1,  # in fresh processes
 }
 
 
@@ -89,21 +92,18 @@ def cases(torch):
         b = torch.zeros(4096, device=dev)
         return lambda: torch.nn.functional.layer_norm(x, (4096,), w, b)
 
-    def transformer_step(dev):
-        torch.manual_seed(0)
-        layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.1, batch_first=True)
-        model = nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
-                              nn.Linear(256, 256)).to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        x = torch.randn(8, 64, 256, device=dev)
-        y = torch.randn(8, 64, 256, device=dev)
+    def transformer_step(d, batch, length):
+        def make(dev):
+            torch.manual_seed(0)
+            layer = nn.TransformerEncoderLayer(d, 4, batch_first=True)
+            model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(dev)
+            x = torch.randn(batch, length, d, device=dev)
 
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-        return step
+            def step():
+                model.zero_grad(set_to_none=True)
+                model(x).square().mean().backward()
+            return step
+        return make
 
     # name, kind, factory, inner iterations, repeats
     return [
@@ -114,29 +114,30 @@ def cases(torch):
         ("conv2d ResNet block 8x64x32x32", "large", conv_block, 5, 7),
         ("softmax 256x4096", "large", softmax, 20, 7),
         ("layer_norm 256x4096", "large", layer_norm, 20, 7),
-        (TRAIN_STEP, "train", transformer_step, 3, 7),
-        (CALLING_THREAD, "train", transformer_step, 3, 7),
+        (TRAIN_SMALL, "train", transformer_step(256, 8, 64), 3, 3),
+        (TRAIN_SMALL + FRESH, "train-fresh", transformer_step(256, 8, 64), 3, 3),
+        (TRAIN_LARGE, "train", transformer_step(512, 16, 128), 1, 3),
+        (TRAIN_LARGE + FRESH, "train-fresh", transformer_step(512, 16, 128), 1, 3),
     ]
 
 
-# Measured in fresh processes (run_isolated). Named differently from the
-# in-process measurement of earlier runs, so a plot does not set one against the other.
-TRAIN_STEP = "train step (2 layers, d=256), own process"
-CALLING_THREAD = "train step, backward on the calling thread"
+# The "train-fresh" rows run in fresh processes (run_isolated), named apart from the
+# in-process rows so that a plot does not set one against the other.
+TRAIN_SMALL = "train step d=256 8x64"
+TRAIN_LARGE = "train step d=512 16x128 (arithmetic)"
+FRESH = ", fresh processes"
 
 
 def run_child(name: str, dev: str) -> None:
     """One side of an isolated case, in this fresh process: print its median time."""
     import torch
 
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
-    if name == CALLING_THREAD:
-        torch.autograd.set_multithreading_enabled(False)
+    threads(torch)
     case = next(c for c in cases(torch) if c[0] == name)
     _, _, factory, inner, repeats = case
     fn = factory(dev)
     sync = torch.openreg.synchronize if dev == "openreg" else (lambda: None)
-    for _ in range(3):  # the first steps allocate the optimizer state and fill the caches
+    for _ in range(2):  # the first steps allocate and fill the caches
         fn()
     sync()
     print("TIME", repr(bench(fn, sync, inner, repeats)))
@@ -159,15 +160,33 @@ def run_isolated(name: str, kind: str) -> tuple:
             statistics.median(ratios))
 
 
+def threads(torch) -> None:
+    """BENCH_THREADS, if set; otherwise the threads the machine gives the process."""
+    if os.environ.get("BENCH_THREADS"):
+        torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
+
+
 def run_mode(strict: str) -> list:
     import torch
 
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
+    threads(torch)
     dev_sync = torch.openreg.synchronize
     results = []
     for name, kind, factory, inner, repeats in cases(torch):
-        if kind == "train":
+        if kind.startswith("train") and strict != "1":
+            continue  # the training steps run in the default mode only
+        if kind == "train-fresh":
             results.append(run_isolated(name, kind))
+            continue
+        if kind == "train":  # paired samples: a step is long enough to pair
+            steps = {"cpu": factory("cpu"), "openreg": factory("openreg")}
+            syncs = {"cpu": lambda: None, "openreg": dev_sync}
+            for dev in steps:
+                for _ in range(2):
+                    steps[dev]()
+                syncs[dev]()
+            times, ratio = paired(steps, syncs, ROUNDS * repeats, inner)
+            results.append((name, kind, times["cpu"], times["openreg"], ratio))
             continue
         cpu_fn, dev_fn = factory("cpu"), factory("openreg")
         cpu_t, dev_t, ratios = [], [], []

@@ -22,8 +22,9 @@ class TestEagerBenchmarkRuns:
         r = run_benchmark("eager.py", "--strict", "1", env=env, timeout=600)
         assert r.returncode == 0, r.stderr
         for case in ["add, 1 element", "mm 512x512", "conv2d ResNet block", "softmax", "layer_norm",
-                     "train step (2 layers, d=256), own process",
-                     "train step, backward on the calling thread"]:
+                     "train step d=256 8x64", "train step d=256 8x64, fresh processes",
+                     "train step d=512 16x128 (arithmetic)",
+                     "train step d=512 16x128 (arithmetic), fresh processes"]:
             assert case in r.stdout, r.stdout
         assert "strict memory ON" in r.stdout
 
