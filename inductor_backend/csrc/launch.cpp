@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "aten/core/WideKernel.h"
 #include "runtime/OpenRegFunctions.h"
 #include "runtime/OpenRegStream.h"
 
@@ -25,6 +26,9 @@ struct Ctx {
 orError_t run_body(void* p) {
   auto* c = static_cast<Ctx*>(p);
   try {
+    // On autograd's device thread, at the process's width: Inductor decided
+    // which of its loops run in parallel (WideKernel.h).
+    torch_openreg::WideKernel wide(torch_openreg::kCompiledKernelWork);
     c->fn(c->arg);
   } catch (const std::exception& e) {
     c->error = e.what();
@@ -74,6 +78,7 @@ orError_t run_owned(void* p) {
   auto* c = static_cast<Owned*>(p);
   std::string error;
   try {
+    torch_openreg::WideKernel wide(torch_openreg::kCompiledKernelWork);
     c->fn(c->arg);
     return orSuccess;
   } catch (const std::exception& e) {

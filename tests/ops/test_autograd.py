@@ -183,10 +183,49 @@ class TestDeviceThreadOpenMP:
         assert p.returncode == 0, p.stderr[-3000:]
         assert "widths: [(1048576, 2), (1024, 1)] threads: 0 main: 2" in p.stdout, p.stdout
 
+    # A compiled kernel (Inductor's launch ABI, as generated code calls it) launched
+    # from a backward hook, on the device thread, and then from the main thread.
+    COMPILED = textwrap.dedent("""
+        import ctypes, os, torch, torch_openreg
+        torch.set_num_threads(2)
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch_openreg.__file__), "lib",
+                                       "libopenreg_inductor.so"))
+        omp = ctypes.CDLL(None)
+        KFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+        seen = []
+        body = KFN(lambda arg: seen.append(omp.omp_get_max_threads()))
+        lib.orInductorLaunch.argtypes = [ctypes.c_int, ctypes.c_char_p, KFN, ctypes.c_void_p,
+                                         ctypes.c_char_p, ctypes.c_size_t]
+        err = ctypes.create_string_buffer(256)
+        def launch():
+            assert lib.orInductorLaunch(0, b"probe", body, None, err, 256) == 0, err.value
+        def step():
+            x = torch.randn(64, 64, device="openreg", requires_grad=True)
+            y = x * 2
+            y.register_hook(lambda g: (launch(), None)[-1])
+            y.sum().backward()
+            torch.openreg.synchronize()
+        step()
+        before = len(os.listdir("/proc/self/task"))
+        step()
+        after = len(os.listdir("/proc/self/task"))
+        launch()
+        print("compiled widths:", seen[-2:], "threads:", after - before, flush=True)
+    """)
+
+    def test_a_compiled_kernel_on_the_device_thread_runs_at_full_width(self):
+        # Inductor decided which of its loops run in parallel (inductor_backend/csrc/launch.cpp).
+        p = run_python(self.COMPILED, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "compiled widths: [2, 2] threads: 0" in p.stdout, p.stdout
+
     def test_one_runs_every_kernel_at_one_thread(self):
         p = run_python(self.WIDE, timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "one"})
         assert p.returncode == 0, p.stderr[-3000:]
         assert "widths: [(1048576, 1), (1024, 1)] threads: 0" in p.stdout, p.stdout
+        p = run_python(self.COMPILED, timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "one"})
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "compiled widths: [1, 2]" in p.stdout, p.stdout
 
     def test_keep_runs_every_kernel_at_the_pools_width(self):
         p = run_python(self.WIDE, timeout=120, env={"OPENREG_DEVICE_THREAD_OMP": "keep"})

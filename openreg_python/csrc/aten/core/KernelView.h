@@ -23,6 +23,7 @@
 #include "runtime/OpenRegFunctions.h"
 #include "runtime/OpenRegStream.h"
 #include "Sanitizer.h"
+#include "WideKernel.h"
 
 namespace torch_openreg {
 
@@ -44,35 +45,6 @@ struct KernelScope {
  private:
   int* slot_;
   int prev_;
-};
-
-// A kernel's work, for the width it runs at on autograd's device threads
-// (KernelViewAllocation.cpp, [docs:device-thread-width]): the elements of its
-// tensor arguments, times kMatmulWeight for the matmul family, whose
-// arithmetic grows faster than its operands.
-constexpr int64_t kMatmulWeight = 8;
-// The work from which a kernel on a device thread opens an OpenMP pool of the
-// process's width for itself (and releases it when it ends): 2^20 elements
-// (4 MiB of float32), or a matmul of 2^17 (a 256x256 square times another).
-constexpr int64_t kWideKernelWork = int64_t(1) << 20;
-
-// While alive, a kernel of `work` (above) that runs on an autograd device
-// thread runs at the process's OpenMP width when the work is worth it;
-// elsewhere, and for smaller work, it does nothing.
-struct WideKernel {
-  explicit WideKernel(int64_t work) {
-    if (C10_UNLIKELY(work >= kWideKernelWork)) on_ = widen();
-  }
-  ~WideKernel() {
-    if (C10_UNLIKELY(on_)) narrow();
-  }
-  WideKernel(const WideKernel&) = delete;
-  WideKernel& operator=(const WideKernel&) = delete;
-
- private:
-  static bool widen();
-  static void narrow();
-  bool on_ = false;
 };
 
 // Kernel names of the matmul family (work weighted by kMatmulWeight; the

@@ -152,8 +152,9 @@ thread_local int t_device_thread_width = 0;
 // uses no host threads; this keeps openreg's from taxing every other CPU
 // operation of the process, except for the kernels worth both cores, which
 // open a pool for as long as they run (WideKernel, below; the default,
-// OPENREG_DEVICE_THREAD_OMP=kernel). OPENREG_DEVICE_THREAD_OMP=one keeps
-// every kernel at one thread, =keep leaves the thread its pool.
+// OPENREG_DEVICE_THREAD_OMP=kernel); compiled kernels count as such (Inductor
+// has decided which of their loops run in parallel). =one keeps every kernel
+// at one thread, =keep leaves the thread its pool.
 // The runtime's stream workers (openreg_w<index>) keep theirs: a graph
 // replay queued behind asynchronous work runs there, and a large one needs
 // both cores (docs/performance.md measures the trade-off).
@@ -192,14 +193,27 @@ void first_kernel_of_this_thread() {
 // width for itself and releases it (omp_pause_resource_all) when it ends:
 // while it runs, the thread that called backward() is asleep waiting for it,
 // so the two pools never compete, and after it there is again one pool in
-// the process. The pool's start and release cost about a thread start
-// (docs/performance.md measures it); small kernels stay at one thread.
+// the process. The pool's start and release cost 0.1-3 ms here (more while
+// the CPU pool's workers still spin after the forward's last region), which
+// the threshold pays for; keeping the pool for the whole backward instead
+// was measured and was no faster (docs/performance.md). Small kernels stay
+// at one thread.
+namespace {
+thread_local bool t_wide_now = false;  // a WideKernel is open on this thread
+}  // namespace
+
 bool WideKernel::widen() {
+  if (C10_UNLIKELY(t_kernel_device == kThreadUnseen)) {  // a compiled kernel first
+    t_kernel_device = -1;
+    first_kernel_of_this_thread();
+  }
   const int width = t_device_thread_width;
-  if (width <= 1) return false;  // not a narrowed device thread (or one core)
+  // Not a narrowed device thread (or one core), or a kernel inside a wide one.
+  if (width <= 1 || t_wide_now) return false;
   const ThreadWidthFns& f = thread_width_fns();
   f.omp_set(width);
   if (f.mkl_set) f.mkl_set(width);
+  t_wide_now = true;
   return true;
 }
 
@@ -208,6 +222,7 @@ void WideKernel::narrow() {
   f.omp_set(1);
   if (f.mkl_set) f.mkl_set(1);
   f.omp_pause(kOmpPauseSoft);  // this thread's pool only
+  t_wide_now = false;
 }
 // [docs:device-thread-width:end]
 
