@@ -17,8 +17,8 @@ the process, the backward on autograd's device thread (as for CUDA), a transform
 (nn.TransformerEncoder, 2 layers, 4 heads, PyTorch's default feed-forward and
 dropout) forward and backward. Two sizes: d=256 with batch 8x64 (the eager-backward
 issue's step) and d=512 with batch 16x128, where arithmetic dominates. Each is
-measured twice: in one process (the devices take turns, BENCH_ROUNDS pairs of
-samples, median of the pairs' ratios: two samples back to back see the same
+measured twice: in one process (the devices take turns, 3 x BENCH_ROUNDS pairs
+of samples, median of the pairs' ratios: two samples back to back see the same
 machine) and in fresh processes (one side per process, alternating, BENCH_ROUNDS
 pairs), because what one device leaves behind in a process (an OpenMP pool, warm
 caches) can slow or speed the other (docs/performance.md). The training rows run in

@@ -74,7 +74,7 @@ def main():
 
     from tests.models import zoo
 
-    available = [n for n in zoo.MODELS if not zoo.missing(n)] + [WIDE]  # timm: torchvision
+    available = [n for n in zoo.MODELS if not zoo.missing(n)] + [WIDE]  # timm: where torchvision is
     names = a.models or (["gpt2"] if a.quick else available)
     pairs, group = (4, 2) if a.quick else (BENCH_PAIRS, 3)
     syncs = {"cpu": lambda: None, "openreg": torch.openreg.synchronize}
