@@ -204,8 +204,8 @@ thread_local bool t_wide_now = false;  // a WideKernel is open on this thread
 
 bool WideKernel::widen() {
   if (C10_UNLIKELY(t_kernel_device == kThreadUnseen)) {  // a compiled kernel first
+    first_kernel_of_this_thread();  // (a bad setting throws, here as for the next kernel)
     t_kernel_device = -1;
-    first_kernel_of_this_thread();
   }
   const int width = t_device_thread_width;
   // Not a narrowed device thread (or one core), or a kernel inside a wide one.
