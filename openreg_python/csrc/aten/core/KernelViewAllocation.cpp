@@ -137,6 +137,13 @@ const ThreadWidthFns& thread_width_fns() {
   return fns;
 }
 
+// This thread's OpenMP and MKL thread counts (each where torch has it).
+void set_thread_width(int n) {
+  const ThreadWidthFns& f = thread_width_fns();
+  if (f.omp_set) f.omp_set(n);
+  if (f.mkl_set) f.mkl_set(n);
+}
+
 // The OpenMP width a narrowed device thread had (WideKernel), or 0.
 thread_local int t_device_thread_width = 0;
 
@@ -177,9 +184,8 @@ void first_kernel_of_this_thread() {
   // ATen's lazy per-thread set-up first, so it does not undo this; its
   // answer is the width this thread would have had.
   const int width = at::get_num_threads();
+  set_thread_width(1);
   const ThreadWidthFns& f = thread_width_fns();
-  if (f.omp_set) f.omp_set(1);
-  if (f.mkl_set) f.mkl_set(1);
   if (mode == kKernel && width > 1 && f.omp_set && f.omp_pause) t_device_thread_width = width;
 }
 // [docs:device-thread-pool:end]
@@ -210,18 +216,14 @@ bool WideKernel::widen() {
   const int width = t_device_thread_width;
   // Not a narrowed device thread (or one core), or a kernel inside a wide one.
   if (width <= 1 || t_wide_now) return false;
-  const ThreadWidthFns& f = thread_width_fns();
-  f.omp_set(width);
-  if (f.mkl_set) f.mkl_set(width);
+  set_thread_width(width);
   t_wide_now = true;
   return true;
 }
 
 void WideKernel::narrow() {
-  const ThreadWidthFns& f = thread_width_fns();
-  f.omp_set(1);
-  if (f.mkl_set) f.mkl_set(1);
-  f.omp_pause(kOmpPauseSoft);  // this thread's pool only
+  set_thread_width(1);
+  thread_width_fns().omp_pause(kOmpPauseSoft);  // this thread's pool only
   t_wide_now = false;
 }
 // [docs:device-thread-width:end]
