@@ -33,6 +33,7 @@ struct Conv {  // scalars, sizes, flags, ...: passed through
   static Held in(AliasSet&, A v) { return v; }
   static A pass(Held& h) { return h; }
   static void find_device(const Held&, c10::DeviceIndex*) {}
+  static bool on(const Held&, c10::DeviceIndex) { return true; }
   static void check(const Held&, DeviceChecker&, const OpDeviceInfo&, size_t) {}
   static void write_back(AliasSet&, A, Held&) {}
 };
@@ -66,6 +67,11 @@ struct Conv<const at::Tensor&> {
   static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
     if (*d < 0 && is_openreg(t)) *d = t.device().index();
   }
+  // Undefined, or on openreg:`d`.
+  static bool on(const at::Tensor& t, c10::DeviceIndex d) {
+    return !t.defined() || (t.device().type() == c10::DeviceType::PrivateUse1 &&
+                            t.device().index() == d);
+  }
   static void check(const at::Tensor& t, DeviceChecker& c, const OpDeviceInfo& info, size_t i) {
     c.check(t, info.arg_name(i), info.written(i), info.is_index(i));
   }
@@ -79,6 +85,9 @@ struct Conv<at::Tensor&> {  // mutated (in-place self, out=)
   static at::Tensor& pass(Held& h) { return h.t; }
   static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
     if (*d < 0 && is_openreg(t)) *d = t.device().index();
+  }
+  static bool on(const at::Tensor& t, c10::DeviceIndex d) {
+    return Conv<const at::Tensor&>::on(t, d);
   }
   static void check(const at::Tensor& t, DeviceChecker& c, const OpDeviceInfo& info, size_t i) {
     c.check(t, info.arg_name(i), /*is_output=*/true);
@@ -99,6 +108,9 @@ struct Conv<const std::optional<at::Tensor>&> {
   static void find_device(const std::optional<at::Tensor>& t, c10::DeviceIndex* d) {
     if (t) Conv<const at::Tensor&>::find_device(*t, d);
   }
+  static bool on(const std::optional<at::Tensor>& t, c10::DeviceIndex d) {
+    return !t || Conv<const at::Tensor&>::on(*t, d);
+  }
   static void check(const std::optional<at::Tensor>& t, DeviceChecker& c,
                     const OpDeviceInfo& info, size_t i) {
     if (t) Conv<const at::Tensor&>::check(*t, c, info, i);
@@ -118,6 +130,11 @@ struct Conv<at::TensorList> {
   static at::TensorList pass(Held& h) { return h; }
   static void find_device(at::TensorList ts, c10::DeviceIndex* d) {
     for (const auto& t : ts) Conv<const at::Tensor&>::find_device(t, d);
+  }
+  static bool on(at::TensorList ts, c10::DeviceIndex d) {
+    for (const auto& t : ts)
+      if (!Conv<const at::Tensor&>::on(t, d)) return false;
+    return true;
   }
   static void check(at::TensorList ts, DeviceChecker& c, const OpDeviceInfo& info, size_t i) {
     for (const auto& t : ts) Conv<const at::Tensor&>::check(t, c, info, i);
@@ -140,6 +157,11 @@ struct Conv<const at::ITensorListRef&> {
   static const at::ITensorListRef& pass(Held& h) { return h.ref; }
   static void find_device(const at::ITensorListRef& ts, c10::DeviceIndex* d) {
     for (const at::Tensor& t : ts) Conv<const at::Tensor&>::find_device(t, d);
+  }
+  static bool on(const at::ITensorListRef& ts, c10::DeviceIndex d) {
+    for (const at::Tensor& t : ts)
+      if (!Conv<const at::Tensor&>::on(t, d)) return false;
+    return true;
   }
   static void check(const at::ITensorListRef& ts, DeviceChecker& c, const OpDeviceInfo& info,
                     size_t i) {
@@ -164,6 +186,11 @@ struct Conv<const c10::List<std::optional<at::Tensor>>&> {
     for (const std::optional<at::Tensor>& t : ts) {
       if (t) Conv<const at::Tensor&>::find_device(*t, d);
     }
+  }
+  static bool on(const c10::List<std::optional<at::Tensor>>& ts, c10::DeviceIndex d) {
+    for (const std::optional<at::Tensor>& t : ts)
+      if (t && !Conv<const at::Tensor&>::on(*t, d)) return false;
+    return true;
   }
   static void check(const c10::List<std::optional<at::Tensor>>& ts, DeviceChecker& c,
                     const OpDeviceInfo& info, size_t i) {
@@ -302,14 +329,17 @@ struct CpuKernel<Fn, Name> {
   static R run(A... args) {
     using namespace cpu_kernel;
     // Same-device rules first (DeviceCheck.h): nothing runs on a mix.
+    // Every tensor on the first one's openreg device passes every rule;
+    // only a call that mixes devices (or has no openreg tensor) walks the
+    // rule argument by argument, for its message or its CPU scalars.
+    c10::DeviceIndex device = -1;
+    (Conv<A>::find_device(args, &device), ...);
     static const OpDeviceInfo& info = device_info_for(Name);
-    if (info.rule != DeviceRule::Unchecked) {
+    if (info.rule != DeviceRule::Unchecked && !(device >= 0 && (Conv<A>::on(args, device) && ...))) {
       DeviceChecker checker(info.rule, info.method.c_str());
       size_t i = 0;
       (Conv<A>::check(args, checker, info, i++), ...);
     }
-    c10::DeviceIndex device = -1;
-    (Conv<A>::find_device(args, &device), ...);
     if (device < 0) device = current_device();
     // Traces name the kernel by its operator, as the fallback does ("aten::add").
     static const std::string kernel = launch_name(Name);
