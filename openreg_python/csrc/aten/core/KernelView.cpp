@@ -48,8 +48,7 @@ AliasSet::StorageEntry& AliasSet::storage_alias(const c10::Storage& s) {
   if (c10::StorageImpl* cached = kv ? cachedCpuAlias(dp) : nullptr) {
     if (cached->data_ptr().get() == kv && cached->nbytes() == impl->nbytes() &&
         cached->resizable() == impl->resizable()) {
-      storages_.push_back(
-          {impl, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(cached)), kv});
+      storages_.push_back({impl, cached, c10::Storage(), kv});  // the block holds it
       return storages_.back();
     }
   }
@@ -57,7 +56,8 @@ AliasSet::StorageEntry& AliasSet::storage_alias(const c10::Storage& s) {
                      c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)),
                      kernelViewAllocator(), impl->resizable());
   if (kv) cacheCpuAlias(dp, alias.unsafeGetStorageImpl());
-  storages_.push_back({impl, std::move(alias), kv});
+  c10::StorageImpl* raw = alias.unsafeGetStorageImpl();
+  storages_.push_back({impl, raw, std::move(alias), kv});
   return storages_.back();
 }
 
@@ -134,6 +134,17 @@ void AliasSet::recycle_aliases() {
   }
 }
 
+namespace {
+// IntArrayRef's == calls memcmp: for the few dimensions of a tensor, a loop
+// is cheaper.
+inline bool same_dims(c10::IntArrayRef a, c10::IntArrayRef b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+}  // namespace
+
 // The table's alias of `t`, if it still describes `t` exactly; registers its
 // storage in the set. nullptr otherwise (the caller builds one).
 c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
@@ -152,18 +163,22 @@ c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
     return nullptr;
   }
   if (a->dtype() != ti->dtype() || a->storage_offset() != ti->storage_offset() ||
-      a->sizes() != ti->sizes() || a->strides() != ti->strides()) {
+      !same_dims(a->sizes(), ti->sizes()) || !same_dims(a->strides(), ti->strides())) {
     return nullptr;
   }
   for (auto& e : storages_) {
     if (e.openreg == osi) {
-      if (e.alias.unsafeGetStorageImpl() != as) return nullptr;
+      if (e.alias != as) return nullptr;
       return a;
     }
   }
-  storages_.push_back(
-      {osi, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(as)),
-       as->data_ptr().get()});
+  if (cachedCpuAlias(osi->data_ptr()) == as) {
+    storages_.push_back({osi, as, c10::Storage(), as->data_ptr().get()});  // the block holds it
+  } else {
+    storages_.push_back(
+        {osi, as, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(as)),
+         as->data_ptr().get()});
+  }
   return a;
 }
 
@@ -212,7 +227,7 @@ int AliasSet::alias_entry(const at::Tensor& t, bool write) {
                                        [this](const at::Tensor& x) { return alias(x); });
     StorageEntry& se = storage_alias(t.storage());
     auto impl = c10::intrusive_ptr<c10::TensorImpl>::reclaim(
-        make_qtensor(se.alias, c10::DispatchKey::QuantizedCPU, t, std::move(q))
+        make_qtensor(se.alias_storage(), c10::DispatchKey::QuantizedCPU, t, std::move(q))
             .unsafeReleaseTensorImpl());
     c10::TensorImpl* raw = impl.get();
     tensors_.push_back({std::move(impl), ti, raw});
@@ -238,12 +253,12 @@ int AliasSet::alias_entry(const at::Tensor& t, bool write) {
     // Another tensor's alias, or a stale one: reset and reuse its TensorImpl.
     slot->key = nullptr;
     impl = std::move(slot->alias);
-    impl->set_storage_and_dtype(c10::Storage(se.alias), t.dtype());
+    impl->set_storage_and_dtype(se.alias_storage(), t.dtype());
     impl->_set_conj(t.is_conj());
     impl->_set_neg(t.is_neg());
   } else {
     impl = c10::make_intrusive<c10::TensorImpl>(
-        c10::Storage(se.alias), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+        se.alias_storage(), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
     if (t.is_conj()) impl->_set_conj(true);
     if (t.is_neg()) impl->_set_neg(true);
   }
@@ -286,8 +301,11 @@ void AliasSet::finalize_storages() {
   if (finalized_) return;
   finalized_ = true;
   for (auto& e : storages_) {
-    c10::StorageImpl* a = e.alias.unsafeGetStorageImpl();
+    c10::StorageImpl* a = e.alias;
     if (a->data_ptr().get() != e.alias_data) {
+      // The openreg storage moves to a new block below, and its old block
+      // drops the cached alias: hold it.
+      if (!e.owned) e.owned = e.alias_storage();
       // The kernel resized the storage: the new bytes are a device block
       // (KernelViewAllocator); give them to the openreg storage.
       c10::DataPtr fresh = a->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
@@ -311,12 +329,10 @@ void AliasSet::finalize_storages() {
   }
 }
 
-c10::Storage AliasSet::adopt_storage(const c10::Storage& cpu_storage) {
-  c10::StorageImpl* impl = cpu_storage.unsafeGetStorageImpl();
-  for (auto& [k, v] : adopted_) {
-    if (k == impl) return v;
+c10::StorageImpl* AliasSet::adopt_storage(c10::StorageImpl* impl) {
+  for (auto& a : adopted_) {
+    if (a.cpu == impl) return a.openreg;
   }
-  c10::Storage out;
   if (isKernelViewDataPtr(impl->data_ptr())) {
     // Allocated in device memory by the kernel: adopt it, zero-copy. The
     // storage object itself becomes the openreg storage (its device is its
@@ -325,20 +341,21 @@ c10::Storage AliasSet::adopt_storage(const c10::Storage& cpu_storage) {
     c10::DataPtr taken = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
     impl->set_data_ptr_noswap(rehomeKernelViewDataPtr(std::move(taken), device_));
     impl->set_allocator(getDeviceAllocator());
-    out = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl));
-  } else {
-    // Host memory (the kernel used an allocator we do not control): copy.
-    size_t nbytes = impl->nbytes();
-    c10::DataPtr dp = allocateOn(device_, nbytes);
-    if (nbytes && impl->data_ptr().get()) {
-      OPENREG_CHECK(orMemcpyAsync(dp.get(), impl->data_ptr().get(), nbytes,
-                                  orMemcpyHostToDevice, currentNativeStream(device_)));
-    }
-    out = c10::Storage(c10::Storage::use_byte_size_t(), nbytes, std::move(dp),
-                       getDeviceAllocator(), /*resizable=*/true);
+    adopted_.push_back({impl, impl, c10::Storage()});
+    return impl;
   }
-  adopted_.emplace_back(impl, out);
-  return out;
+  // Host memory (the kernel used an allocator we do not control): copy.
+  size_t nbytes = impl->nbytes();
+  c10::DataPtr dp = allocateOn(device_, nbytes);
+  if (nbytes && impl->data_ptr().get()) {
+    OPENREG_CHECK(orMemcpyAsync(dp.get(), impl->data_ptr().get(), nbytes,
+                                orMemcpyHostToDevice, currentNativeStream(device_)));
+  }
+  c10::Storage out(c10::Storage::use_byte_size_t(), nbytes, std::move(dp), getDeviceAllocator(),
+                   /*resizable=*/true);
+  c10::StorageImpl* raw = out.unsafeGetStorageImpl();
+  adopted_.push_back({impl, raw, std::move(out)});
+  return raw;
 }
 
 void AliasSet::sync_back(const at::Tensor& openreg, const at::Tensor& cpu) {
@@ -355,16 +372,15 @@ void AliasSet::sync_back(c10::TensorImpl* oi, const at::Tensor& cpu) {
   c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
   c10::StorageImpl* target = nullptr;
   for (auto& e : storages_) {
-    if (e.alias.unsafeGetStorageImpl() == cs) {
+    if (e.alias == cs) {
       target = e.openreg;
       break;
     }
   }
+  if (!target) target = adopt_storage(cs);
   if (target != oi->storage().unsafeGetStorageImpl()) {
-    c10::Storage st = target
-        ? c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(target))
-        : adopt_storage(ci->storage());
-    oi->set_storage_keep_dtype(std::move(st));
+    oi->set_storage_keep_dtype(
+        c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(target)));
   }
   if (oi->sizes() != ci->sizes() || oi->strides() != ci->strides() ||
       oi->storage_offset() != ci->storage_offset()) {
@@ -427,32 +443,39 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
                               " tensors: the kernel returned a ", cpu.layout(),
                               " tensor, which an openreg tensor cannot hold");
   c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
-  c10::Storage st;
+  c10::StorageImpl* target = nullptr;
   for (auto& e : storages_) {
-    if (e.alias.unsafeGetStorageImpl() == cs) {
-      st = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(e.openreg));
+    if (e.alias == cs) {
+      target = e.openreg;
       break;
     }
   }
-  if (!st) st = adopt_storage(ci->storage());
+  if (!target) target = adopt_storage(cs);
+  auto storage = [target] {
+    return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(target));
+  };
   if (C10_UNLIKELY(cpu.is_quantized())) {
     at::QuantizerPtr q = map_quantizer(static_cast<at::QTensorImpl*>(ci)->quantizer(),
                                        [this](const at::Tensor& x) { return unwrap(x); });
-    *result = make_qtensor(std::move(st), c10::DispatchKey::QuantizedPrivateUse1, cpu,
-                           std::move(q));
+    *result = make_qtensor(storage(), c10::DispatchKey::QuantizedPrivateUse1, cpu, std::move(q));
     return false;
   }
   // A result nobody else holds (the kernel's fresh output, held only by the
   // caller's result slot) becomes the openreg tensor itself: a new storage
   // and new backend keys, and no second TensorImpl per result. A real
-  // backend allocates its outputs as device tensors to begin with.
+  // backend allocates its outputs as device tensors to begin with. (Its
+  // storage, adopted, usually is the openreg one already.)
   if (cpu.use_count() == 1 && typeid(*ci) == typeid(c10::TensorImpl) &&
       ci->autograd_meta() == nullptr && ci->allow_tensor_metadata_change()) {
-    ci->set_storage_keep_dtype(std::move(st));
+    // (set_storage_keep_dtype also moves the TensorImpl's device to the
+    // storage's. When the storage is the same object, it is moved out and
+    // back in: no reference count update.)
+    ci->set_storage_keep_dtype(target != cs ? storage()
+                                            : std::move(const_cast<c10::Storage&>(ci->storage())));
     ci->_change_backend_component_keys(c10::Device(c10::DeviceType::PrivateUse1, device_));
     return true;
   }
-  auto out = make_openreg_tensor(std::move(st), cpu.dtype(), cpu.sizes(),
+  auto out = make_openreg_tensor(storage(), cpu.dtype(), cpu.sizes(),
                                  cpu.strides(), cpu.storage_offset());
   if (cpu.is_conj()) out.unsafeGetTensorImpl()->_set_conj(true);
   if (cpu.is_neg()) out.unsafeGetTensorImpl()->_set_neg(true);

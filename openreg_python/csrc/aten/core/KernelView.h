@@ -145,8 +145,16 @@ class AliasSet {
  private:
   struct StorageEntry {
     c10::StorageImpl* openreg;  // borrowed: the openreg tensors keep it alive
-    c10::Storage alias;         // CPU storage over the kernel view
+    c10::StorageImpl* alias;    // CPU storage over the kernel view
+    // `alias` owned, unless it is the device block's cached alias, which
+    // the block holds as long as the openreg storage holds the block (an
+    // atomic increment and decrement fewer per argument; finalize_storages
+    // takes a reference before it moves an openreg storage to a new block).
+    c10::Storage owned;
     void* alias_data;           // alias data pointer when created
+    c10::Storage alias_storage() const {
+      return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(alias));
+    }
   };
   // Borrowed, not owned: the caller's arguments outlive the call. Owning a
   // handle would cost more than the rest of the alias: an extra reference
@@ -165,7 +173,9 @@ class AliasSet {
   // unwrap: true if `cpu_result` itself is the answer (it was converted in
   // place, or is not a CPU tensor), else the answer is in *result.
   bool unwrap_into(const at::Tensor& cpu_result, at::Tensor* result);
-  c10::Storage adopt_storage(const c10::Storage& cpu_storage);
+  // The openreg storage that `cpu_storage` (a result's) becomes: borrowed,
+  // alive while the results that hold it are (adopted_ owns only copies).
+  c10::StorageImpl* adopt_storage(c10::StorageImpl* cpu_storage);
 
   // Stream sanitizer: while enabled, live AliasSets of a thread form a stack
   // whose recorded accesses launch_kernel declares (Sanitizer.h).
@@ -189,8 +199,15 @@ class AliasSet {
   std::vector<SanitizerAccess> accesses_;
   c10::SmallVector<StorageEntry, 4> storages_;
   c10::SmallVector<TensorEntry, 4> tensors_;
-  // CPU storages adopted as openreg storages during unwrap (result sharing).
-  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 2> adopted_;
+  // CPU storages adopted as openreg storages during unwrap (result
+  // sharing): a kernel-view storage becomes the openreg one itself (no
+  // handle kept: the results hold it), a host one is copied into `copy`.
+  struct Adopted {
+    c10::StorageImpl* cpu;
+    c10::StorageImpl* openreg;
+    c10::Storage copy;
+  };
+  c10::SmallVector<Adopted, 2> adopted_;
 };
 
 // Nonzero while this thread runs a graph node's operator (a replay, which is
