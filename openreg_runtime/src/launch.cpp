@@ -65,6 +65,16 @@ orError_t launch_kernel(orStream_t stream, orKernelFn_t fn, void* args,
     return fail(orErrorInvalidValue,
                 "%s: orLaunchMayDefer does not combine with orLaunchSynchronous "
                 "or orLaunchNeverInline (flags 0x%x)", call, flags);
+  // The hot path of every eager operator: no Item to build (launch_inline).
+  if ((flags & ~unsigned(orLaunchUntraced)) == orLaunchSynchronous && !args_owned &&
+      !capture::any() && !san::on()) {
+    std::string why;
+    orError_t e;
+    if (launch_inline(stream, fn, args, name ? name : "kernel", &e, &why)) {
+      if (e != orSuccess) return fail(e, "%s: %s", call, why.c_str());
+      return orSuccess;
+    }
+  }
   Item it;
   it.type = Item::Kernel;
   it.name = name ? name : "kernel";

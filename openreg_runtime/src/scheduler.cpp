@@ -106,17 +106,22 @@ struct KernelMessage {
 thread_local KernelMessage* t_kernel_message = nullptr;
 }  // namespace
 
-orError_t call_kernel_fn(const Item& it, std::string* why) {
+orError_t call_kernel(orKernelFn_t fn, void* args, const char* name, std::string* why) {
   KernelMessage mine;
-  KernelMessage* const outer = t_kernel_message;
-  t_kernel_message = &mine;
-  const orError_t e = it.kfn(it.args);
-  t_kernel_message = outer;
+  KernelMessage** const slot = &t_kernel_message;  // one TLS lookup, not two
+  KernelMessage* const outer = *slot;
+  *slot = &mine;
+  const orError_t e = fn(args);
+  *slot = outer;
   if (e != orSuccess) {
-    *why = format("kernel '%s' failed: %s", it.name,
+    *why = format("kernel '%s' failed: %s", name,
                   mine.text.empty() ? orGetErrorString(e) : mine.text.c_str());
   }
   return e;
+}
+
+orError_t call_kernel_fn(const Item& it, std::string* why) {
+  return call_kernel(it.kfn, it.args, it.name, why);
 }
 
 orError_t execute(const Item& it, int device, unsigned long long stream, std::string* why) {
@@ -486,6 +491,16 @@ orError_t launch_synchronously(orStream_t handle, Item& it, const char* call,
   return err;
 }
 // [docs:sync-launch:end]
+
+bool launch_inline(orStream_t handle, orKernelFn_t fn, void* args, const char* name,
+                   orError_t* err, std::string* why) {
+  Stream* s = static_cast<Stream*>(handle);
+  if (!s || tracing_enabled() || memcheck::on() || !try_claim_idle(s)) return false;
+  forget_launch_annotation();
+  *err = call_kernel(fn, args, name, why);
+  release_claim(s);
+  return true;
+}
 
 }  // namespace openreg
 

@@ -68,6 +68,15 @@ orError_t execute(const Item& it, int device, unsigned long long stream, std::st
 // <reason>", the reason being what the kernel gave orKernelSetErrorMessage,
 // else the error code's string.
 orError_t call_kernel_fn(const Item& it, std::string* why);
+// The same for a kernel given by its parts (no Item).
+orError_t call_kernel(orKernelFn_t fn, void* args, const char* name, std::string* why);
+// A synchronous kernel launch without an Item, when it can take the hot
+// path: `handle` is the stream this thread last launched on and is idle,
+// and nothing traces, captures, sanitizes or memchecks. False if it could
+// not (nothing ran); else the kernel ran and *err is its error (*why says
+// why, as call_kernel_fn).
+bool launch_inline(orStream_t handle, orKernelFn_t fn, void* args, const char* name,
+                   orError_t* err, std::string* why);
 
 // ---- stream capture and graphs (graph.cpp)
 namespace capture {
@@ -103,6 +112,9 @@ bool tracing_enabled();
 // Stamp `it` with the launching thread's correlation id and, while
 // tracing, its launch time and thread.
 void stamp_launch(Item& it);
+// What stamp_launch does for a launch that makes no Item: forgets the
+// thread's launch annotation, if it has one.
+void forget_launch_annotation();
 void trace_item(const Item& it, int device, unsigned long long stream_id,
                 uint64_t t0, uint64_t t1);
 

@@ -29,6 +29,9 @@ std::vector<orTraceSubscriber_st*>& subscribers() {
 std::atomic<int> g_subscriber_count{0};
 thread_local unsigned long long t_correlation = 0;
 thread_local std::string t_annotation;  // for the next launch of this thread
+// Set once any thread has set an annotation: until then no launch needs to
+// look at its thread's (a thread-local std::string costs a TLS call).
+std::atomic<bool> g_annotated{false};
 
 unsigned long long this_thread_id() {
   static thread_local unsigned long long tid =
@@ -48,6 +51,12 @@ void stamp_launch(Item& it) {
     it.launch_thread = this_thread_id();
     it.annotation = std::move(t_annotation);
   }
+  std::string& annotation = t_annotation;
+  if (!annotation.empty()) annotation.clear();
+}
+
+void forget_launch_annotation() {
+  if (!g_annotated.load(std::memory_order_relaxed)) return;
   std::string& annotation = t_annotation;
   if (!annotation.empty()) annotation.clear();
 }
@@ -121,6 +130,7 @@ orError_t orTraceIsActive(int* active) {
 
 orError_t orTraceSetLaunchAnnotation(const char* annotation) {
   if (annotation && tracing_enabled()) {
+    g_annotated.store(true, std::memory_order_relaxed);
     t_annotation = annotation;
   } else {
     t_annotation.clear();

@@ -169,3 +169,24 @@ class TestLaunchAnnotations:
             rt.free(p)
         assert [(r["bytes"], r["annotation"]) for r in records] == [
             (512, ""), (1024, 'Collective name="test"\nGroup size=2'), (2048, "")]
+
+    def test_an_annotation_left_when_tracing_stops_goes_with_the_next_launch(self):
+        # The launch in between is untraced, a synchronous kernel on an idle
+        # stream this thread launched on before: the hot path, which builds
+        # no work item, still consumes the annotation.
+        rec = rt.TraceRecorder()
+        s = rt.stream_create(0)
+        p = rt.malloc(4096)
+        try:
+            rt.launch_fill_i32(s, p, 16, 1, True)
+            rec.start()
+            rt.set_launch_annotation("left behind")
+            rec.stop()
+            rt.launch_fill_i32(s, p, 16, 2, True)
+            rec.start()
+            rt.launch_fill_i32(s, p, 16, 3, True)
+            records = rec.stop()
+        finally:
+            rt.free(p)
+            rt.stream_destroy(s)
+        assert [(r["name"], r["annotation"]) for r in records] == [("fill_i32", "")]
