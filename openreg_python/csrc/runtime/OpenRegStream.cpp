@@ -31,13 +31,14 @@ int priority_levels() {
 }
 
 struct DeviceStreams {
-  std::once_flag init;
-  std::mutex mu;
   // Entries are written once, before `count` is published, then read without
-  // locking.
+  // locking. (`count` first: every launch reads it and, usually, handles[0],
+  // the default stream, in the same cache line.)
+  std::atomic<int> count{0};
   std::array<std::atomic<orStream_t>, kMaxStreams> handles{};
   std::array<int, kMaxStreams> priorities{};
-  std::atomic<int> count{0};
+  std::once_flag init;
+  std::mutex mu;
   // Pools: lazily filled ids per priority level.
   std::array<std::array<int, kPoolSize>, kMaxPriorityLevels> pool_ids{};
   std::array<bool, kMaxPriorityLevels> pool_ready{};
