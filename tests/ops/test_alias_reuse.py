@@ -96,3 +96,21 @@ class TestAliasReuse:
                 torch.testing.assert_close((v(base) * 3).cpu(), v(base_cpu) * 3)
             base.add_(1)
             base_cpu.add_(1)
+
+    @pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+    def test_out_arguments_the_kernel_resizes(self):
+        # An out= tensor of the wrong size whose alias is cached on its block
+        # (an operator read it first): the kernel resizes the alias, which
+        # moves the openreg tensor to a new block and frees the old block
+        # with its cached CPU alias while the call still refers to it.
+        for n in range(2, 40):
+            a_cpu = torch.arange(float(n))
+            a = a_cpu.to(DEVICE)
+            out_cpu = torch.ones(n // 2)
+            out = out_cpu.to(DEVICE)
+            torch.testing.assert_close((out + 1).cpu(), out_cpu + 1)
+            torch.add(a, a, out=out)
+            torch.add(a_cpu, a_cpu, out=out_cpu)
+            assert out.shape == out_cpu.shape
+            torch.testing.assert_close((out * 2).cpu(), out_cpu * 2)
+            torch.testing.assert_close(out.cpu(), out_cpu)
