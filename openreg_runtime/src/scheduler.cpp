@@ -108,11 +108,10 @@ thread_local KernelMessage* t_kernel_message = nullptr;
 
 orError_t call_kernel(orKernelFn_t fn, void* args, const char* name, std::string* why) {
   KernelMessage mine;
-  KernelMessage** const slot = &t_kernel_message;  // one TLS lookup, not two
-  KernelMessage* const outer = *slot;
-  *slot = &mine;
+  KernelMessage* const outer = t_kernel_message;
+  t_kernel_message = &mine;
   const orError_t e = fn(args);
-  *slot = outer;
+  t_kernel_message = outer;
   if (e != orSuccess) {
     *why = format("kernel '%s' failed: %s", name,
                   mine.text.empty() ? orGetErrorString(e) : mine.text.c_str());

@@ -51,8 +51,7 @@ void stamp_launch(Item& it) {
     it.launch_thread = this_thread_id();
     it.annotation = std::move(t_annotation);
   }
-  std::string& annotation = t_annotation;
-  if (!annotation.empty()) annotation.clear();
+  forget_launch_annotation();
 }
 
 void forget_launch_annotation() {
