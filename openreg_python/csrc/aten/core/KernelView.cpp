@@ -135,6 +135,11 @@ void AliasSet::recycle_aliases() {
 }
 
 namespace {
+// A new handle to a storage the caller can name only by pointer.
+inline c10::Storage share_storage(c10::StorageImpl* s) {
+  return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(s));
+}
+
 // IntArrayRef's == calls memcmp: for the few dimensions of a tensor, a loop
 // is cheaper.
 inline bool same_dims(c10::IntArrayRef a, c10::IntArrayRef b) {
@@ -176,8 +181,7 @@ c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
     storages_.push_back({osi, as, c10::Storage(), as->data_ptr().get()});  // the block holds it
   } else {
     storages_.push_back(
-        {osi, as, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(as)),
-         as->data_ptr().get()});
+        {osi, as, share_storage(as), as->data_ptr().get()});
   }
   return a;
 }
@@ -379,8 +383,7 @@ void AliasSet::sync_back(c10::TensorImpl* oi, const at::Tensor& cpu) {
   }
   if (!target) target = adopt_storage(cs);
   if (target != oi->storage().unsafeGetStorageImpl()) {
-    oi->set_storage_keep_dtype(
-        c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(target)));
+    oi->set_storage_keep_dtype(share_storage(target));
   }
   if (oi->sizes() != ci->sizes() || oi->strides() != ci->strides() ||
       oi->storage_offset() != ci->storage_offset()) {
@@ -451,13 +454,11 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
     }
   }
   if (!target) target = adopt_storage(cs);
-  auto storage = [target] {
-    return c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(target));
-  };
   if (C10_UNLIKELY(cpu.is_quantized())) {
     at::QuantizerPtr q = map_quantizer(static_cast<at::QTensorImpl*>(ci)->quantizer(),
                                        [this](const at::Tensor& x) { return unwrap(x); });
-    *result = make_qtensor(storage(), c10::DispatchKey::QuantizedPrivateUse1, cpu, std::move(q));
+    *result = make_qtensor(share_storage(target), c10::DispatchKey::QuantizedPrivateUse1, cpu,
+                           std::move(q));
     return false;
   }
   // A result nobody else holds (the kernel's fresh output, held only by the
@@ -470,12 +471,12 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
     // (set_storage_keep_dtype also moves the TensorImpl's device to the
     // storage's. When the storage is the same object, it is moved out and
     // back in: no reference count update.)
-    ci->set_storage_keep_dtype(target != cs ? storage()
+    ci->set_storage_keep_dtype(target != cs ? share_storage(target)
                                             : std::move(const_cast<c10::Storage&>(ci->storage())));
     ci->_change_backend_component_keys(c10::Device(c10::DeviceType::PrivateUse1, device_));
     return true;
   }
-  auto out = make_openreg_tensor(storage(), cpu.dtype(), cpu.sizes(),
+  auto out = make_openreg_tensor(share_storage(target), cpu.dtype(), cpu.sizes(),
                                  cpu.strides(), cpu.storage_offset());
   if (cpu.is_conj()) out.unsafeGetTensorImpl()->_set_conj(true);
   if (cpu.is_neg()) out.unsafeGetTensorImpl()->_set_neg(true);
