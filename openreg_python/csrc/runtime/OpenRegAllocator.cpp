@@ -61,8 +61,78 @@ inline char* kernel_view(c10::DeviceIndex device, char* ptr) {
 }
 }  // namespace
 
+// [docs:allocator-hot-path]
+// The hot path of eager mode: a small request served by a freed block of
+// exactly its size on its stream, kept whole (DeviceState::cached), and such
+// a block freed back there. Nothing to search, split or merge, so the work is
+// the lock and the statistics; this path is kept short and everything else
+// (history, memcheck, graph pools, pending events, the profiler's memory
+// reports) is in the general functions it falls back to. The code a tiny
+// operator runs matters as much as its instruction count: each function it
+// passes through costs instruction-cache misses (docs/performance.md).
 Block* CachingAllocator::malloc_block(c10::DeviceIndex device, size_t requested) {
   check_device_index(device);
+  if (C10_LIKELY(requested <= DeviceState::kCachedMax && !history_on() && !memcheck_on() &&
+                 !c10::memoryProfilingEnabled())) {
+    DeviceState& st = state(device);
+    if (st.routed.load(std::memory_order_acquire) == 0) {
+      const c10::StreamId stream = getCurrentStream(device).id();
+      std::lock_guard<std::mutex> lk(st.mu);
+      if (st.events.empty() && st.events_deferred_until_no_capture.empty() && st.routes.empty()) {
+        if (Block* block = st.take_cached(stream, round_size(requested))) {
+          block->allocated = true;
+          block->requested = requested;
+          if (asan_poisons(nullptr)) asan::allocated(kernel_view(device, block->ptr), requested);
+          st.link_live(block);
+          for (size_t k : {size_t(StatType::AGGREGATE), size_t(StatType::SMALL_POOL)}) {
+            DeviceStats& s = st.stats;
+            s.inactive_split[k].decrease(1);
+            s.inactive_split_bytes[k].decrease(block->size);
+            s.allocation[k].increase(1);
+            s.allocated_bytes[k].increase(block->size);
+            s.active[k].increase(1);
+            s.active_bytes[k].increase(block->size);
+            s.requested_bytes[k].increase(requested);
+          }
+          return block;
+        }
+      }
+    }
+  }
+  return malloc_block_general(device, requested);
+}
+
+void CachingAllocator::free_block_from_user(Block* block) {
+  if (C10_LIKELY(block->small && !block->pool && block->size <= DeviceState::kCachedMax &&
+                 !history_on() && !memcheck_on() && !sanitizer_on() &&
+                 !c10::memoryProfilingEnabled())) {
+    DeviceState& st = state(block->device);
+    std::lock_guard<std::mutex> g(st.mu);
+    if (block->allocated && block->stream_uses.empty() && block->is_split() &&
+        st.can_cache(block)) {
+      block->allocated = false;
+      st.unlink_live(block);
+      const size_t requested = block->requested;
+      free_completed(st, block, nullptr);
+      st.cache_block(block);
+      for (size_t k : {size_t(StatType::AGGREGATE), size_t(StatType::SMALL_POOL)}) {
+        DeviceStats& s = st.stats;
+        s.allocation[k].decrease(1);
+        s.allocated_bytes[k].decrease(block->size);
+        s.requested_bytes[k].decrease(requested);
+        s.active[k].decrease(1);
+        s.active_bytes[k].decrease(block->size);
+        s.inactive_split[k].increase(1);
+        s.inactive_split_bytes[k].increase(block->size);
+      }
+      return;
+    }
+  }
+  free_block_general(block);
+}
+// [docs:allocator-hot-path:end]
+
+Block* CachingAllocator::malloc_block_general(c10::DeviceIndex device, size_t requested) {
   const c10::Stream current = getCurrentStream(device);
   c10::StreamId stream = current.id();
   DeviceState& st = state(device);
@@ -146,7 +216,7 @@ Block* CachingAllocator::malloc_block(c10::DeviceIndex device, size_t requested)
   return block;
 }
 
-void CachingAllocator::free_block_from_user(Block* block) {
+void CachingAllocator::free_block_general(Block* block) {
   DeviceState& st = state(block->device);
   std::shared_ptr<c10::GatheredContext> ctx;
   const bool hist = history_on();

@@ -168,9 +168,13 @@ struct DeviceState {
   std::array<Block*, kCachedMax / kMinBlockSize + 1> cached{};
   std::array<int, kCachedMax / kMinBlockSize + 1> cached_count{};
 
+  bool can_cache(const Block* b) const {
+    return b->small && b->size <= kCachedMax &&
+           cached_count[b->size / kMinBlockSize] < kCachedPerSize;
+  }
   bool cache_block(Block* b) {
     size_t i = b->size / kMinBlockSize;
-    if (!b->small || b->size > kCachedMax || cached_count[i] >= kCachedPerSize) return false;
+    if (!can_cache(b)) return false;
     b->cached = true;
     b->next_cached = cached[i];
     cached[i] = b;
@@ -256,13 +260,19 @@ class CachingAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override;
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
   DeviceState& state(c10::DeviceIndex device) {
-    static DeviceState* states = new DeviceState[OR_MAX_DEVICES];
+    // (Made out of line, so that this lookup of every allocation and free
+    // inlines.)
+    static DeviceState* const states = make_states();
     return states[device];
   }
+  C10_NOINLINE static DeviceState* make_states() { return new DeviceState[OR_MAX_DEVICES]; }
 
-  // allocation and free (OpenRegAllocator.cpp)
+  // allocation and free (OpenRegAllocator.cpp): the hot path, and the
+  // general functions it falls back to
   Block* malloc_block(c10::DeviceIndex device, size_t requested);
   void free_block_from_user(Block* block);
+  C10_NOINLINE Block* malloc_block_general(c10::DeviceIndex device, size_t requested);
+  C10_NOINLINE void free_block_general(Block* block);
 
   // graph pools (OpenRegAllocatorPools.cpp)
   void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t id,

@@ -45,8 +45,13 @@ struct DeviceStreams {
   std::array<std::atomic<uint32_t>, kMaxPriorityLevels> pool_next{};
 };
 
-DeviceStreams& table(c10::DeviceIndex device) {
-  static DeviceStreams* tables = new DeviceStreams[OR_MAX_DEVICES];
+// (The tables are made out of line: with their construction inlined, the
+// compiler would not inline this lookup, which every launch and allocation
+// makes.)
+C10_NOINLINE DeviceStreams* make_tables() { return new DeviceStreams[OR_MAX_DEVICES]; }
+
+inline DeviceStreams& table(c10::DeviceIndex device) {
+  static DeviceStreams* const tables = make_tables();
   return tables[device];
 }
 
