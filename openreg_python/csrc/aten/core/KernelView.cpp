@@ -151,14 +151,17 @@ inline bool same_dims(c10::IntArrayRef a, c10::IntArrayRef b) {
 }  // namespace
 
 // The table's alias of `t`, if it still describes `t` exactly; registers its
-// storage in the set. nullptr otherwise (the caller builds one).
-c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
+// storage in the set. nullptr otherwise (the caller builds one). Called by
+// alias_entry, the hot path of every tensor argument (left out of line: with
+// it inlined there, the compiler stops inlining the set's push_back).
+inline c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
   c10::TensorImpl* a = slot.alias.get();
   if (slot.key != ti || !a) return nullptr;
   if (ti->is_conj() || ti->is_neg() || ti->is_wrapped_number()) return nullptr;
   c10::StorageImpl* osi = ti->storage().unsafeGetStorageImpl();
   void* dev = osi->data_ptr().get();
-  c10::StorageImpl* as = a->storage().unsafeGetStorageImpl();
+  // (The alias is a plain CPU TensorImpl: its storage is there to read.)
+  c10::StorageImpl* as = a->unsafe_storage().unsafeGetStorageImpl();
   // The alias's storage must cover the same bytes. It need not be the
   // block's cached alias (storage_alias): a CPU storage over the kernel
   // view owns nothing, so any one over the same range will do, as long as
@@ -180,8 +183,7 @@ c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& slot) {
   if (cachedCpuAlias(osi->data_ptr()) == as) {
     storages_.push_back({osi, as, c10::Storage(), as->data_ptr().get()});  // the block holds it
   } else {
-    storages_.push_back(
-        {osi, as, share_storage(as), as->data_ptr().get()});
+    storages_.push_back({osi, as, share_storage(as), as->data_ptr().get()});
   }
   return a;
 }
@@ -193,10 +195,7 @@ int AliasSet::sparse_entry(const at::Tensor& t, bool write) {
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (tensors_[i].openreg == ti) return static_cast<int>(i);
   }
-  TORCH_CHECK(t.device().index() == device_,
-              "Expected all tensors to be on the same device, but found at "
-              "least two devices, openreg:", static_cast<int>(device_), " and ",
-              t.device(), "!");
+  check_device(t);
   auto impl = c10::intrusive_ptr<c10::TensorImpl>::reclaim(
       sparse_alias(*this, t, write).unsafeReleaseTensorImpl());
   c10::TensorImpl* raw = impl.get();
@@ -204,27 +203,54 @@ int AliasSet::sparse_entry(const at::Tensor& t, bool write) {
   return static_cast<int>(tensors_.size() - 1);
 }
 
-// The index in tensors_ of `t`'s alias, made if needed; -1 if `t` is not
-// an openreg tensor.
-int AliasSet::alias_entry(const at::Tensor& t, bool write) {
-  if (!is_openreg(t)) return -1;
-  if (C10_UNLIKELY(t.layout() != c10::kStrided)) return sparse_entry(t, write);
-  if (C10_UNLIKELY(sanitizing_)) {
-    const void* p = nullptr;
-    size_t n = 0;
-    if (tensor_footprint(t, &p, &n)) accesses_.push_back({p, n, write, sanitizer_label(t)});
-  }
+void AliasSet::check_device(const at::Tensor& t) const {
   TORCH_CHECK(t.device().index() == device_,
               "Expected all tensors to be on the same device, but found at "
               "least two devices, openreg:", static_cast<int>(device_), " and ",
               t.device(), "!");
-  TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == c10::kStrided,
-                              "openreg: only strided tensors are supported, got ",
-                              t.layout());
+}
+
+void AliasSet::note_access(const at::Tensor& t, bool write) {
+  const void* p = nullptr;
+  size_t n = 0;
+  if (tensor_footprint(t, &p, &n)) accesses_.push_back({p, n, write, sanitizer_label(t)});
+}
+
+// The index in tensors_ of `t`'s alias, made if needed; -1 if `t` is not
+// an openreg tensor. Only the common case is here: a dense tensor of this
+// set's device that is already in the set or whose alias from an earlier
+// call still describes it (cached_alias). Everything else is out of line:
+// the code a tiny operator passes through costs instruction-cache misses as
+// much as instructions (docs/performance.md).
+C10_ALWAYS_INLINE int AliasSet::alias_entry(const at::Tensor& t, bool write) {
+  if (!is_openreg(t)) return -1;
+  if (C10_UNLIKELY(t.layout() != c10::kStrided)) return sparse_entry(t, write);
+  if (C10_UNLIKELY(sanitizing_)) note_access(t, write);
+  if (C10_UNLIKELY(t.device().index() != device_)) check_device(t);
   c10::TensorImpl* ti = t.unsafeGetTensorImpl();
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (tensors_[i].openreg == ti) return static_cast<int>(i);
   }
+  if (C10_UNLIKELY(t.is_quantized())) return new_entry(t, nullptr);
+  AliasSlot* slot = nullptr;
+  if (AliasCache* cache = alias_cache()) {
+    auto& b = bucket_for(*cache, ti);
+    for (AliasSlot& w : b) {
+      if (c10::TensorImpl* a = cached_alias(ti, w)) {
+        w.key = nullptr;
+        tensors_.push_back({std::move(w.alias), ti, a});
+        return static_cast<int>(tensors_.size() - 1);
+      }
+    }
+    // A TensorImpl to reset: this tensor's stale alias, else the older way.
+    slot = b[0].key == ti || !b[1].alias ? &b[0] : &b[1];
+  }
+  return new_entry(t, slot);
+}
+
+// A new alias of `t`, in `slot`'s TensorImpl if it has one (else a new one).
+int AliasSet::new_entry(const at::Tensor& t, AliasSlot* slot) {
+  c10::TensorImpl* ti = t.unsafeGetTensorImpl();
   if (C10_UNLIKELY(t.is_quantized())) {
     // The quantizer first: aliasing its scales may grow storages_.
     at::QuantizerPtr q = map_quantizer(at::get_qtensorimpl(t)->quantizer(),
@@ -236,20 +262,6 @@ int AliasSet::alias_entry(const at::Tensor& t, bool write) {
     c10::TensorImpl* raw = impl.get();
     tensors_.push_back({std::move(impl), ti, raw});
     return static_cast<int>(tensors_.size() - 1);
-  }
-  AliasCache* cache = alias_cache();
-  AliasSlot* slot = nullptr;
-  if (cache) {
-    auto& b = bucket_for(*cache, ti);
-    for (AliasSlot& w : b) {
-      if (c10::TensorImpl* a = cached_alias(ti, w)) {
-        w.key = nullptr;
-        tensors_.push_back({std::move(w.alias), ti, a});
-        return static_cast<int>(tensors_.size() - 1);
-      }
-    }
-    // A TensorImpl to reset: this tensor's stale alias, else the older way.
-    slot = b[0].key == ti || !b[1].alias ? &b[0] : &b[1];
   }
   StorageEntry& se = storage_alias(t.storage());
   c10::intrusive_ptr<c10::TensorImpl> impl;
@@ -423,6 +435,21 @@ at::Tensor AliasSet::unwrap(at::Tensor&& cpu) {
   return unwrap_into(cpu, &out) ? std::move(cpu) : out;
 }
 
+// A result that is not a strided tensor: sparse ones have their own
+// unwrap (SparseAlias.h); the rest cannot be openreg tensors.
+at::Tensor AliasSet::unwrap_unstrided(const at::Tensor& cpu) {
+  if (cpu.is_sparse() || cpu.layout() == c10::kSparseCsr || cpu.layout() == c10::kSparseCsc ||
+      cpu.layout() == c10::kSparseBsr || cpu.layout() == c10::kSparseBsc) {
+    return sparse_unwrap(*this, cpu);
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_nested(),
+                              "openreg does not support nested tensors: the kernel "
+                              "returned one, which an openreg tensor cannot hold");
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "openreg does not support non-strided tensors: the "
+                              "kernel returned a ", cpu.layout(),
+                              " tensor, which an openreg tensor cannot hold");
+}
+
 bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
   if (!cpu.defined() || cpu.device().type() != c10::DeviceType::CPU) return true;
   finalize_storages();
@@ -431,20 +458,10 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
     return false;
   }
   auto* ci = cpu.unsafeGetTensorImpl();
-  if (C10_UNLIKELY(cpu.is_sparse() || cpu.layout() == c10::kSparseCsr ||
-                   cpu.layout() == c10::kSparseCsc || cpu.layout() == c10::kSparseBsr ||
-                   cpu.layout() == c10::kSparseBsc)) {
-    *result = sparse_unwrap(*this, cpu);
+  if (C10_UNLIKELY(cpu.layout() != c10::kStrided || cpu.is_nested())) {
+    *result = unwrap_unstrided(cpu);
     return false;
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_nested(),
-                              "openreg does not support nested tensors: the kernel "
-                              "returned one, which an openreg tensor cannot hold");
-  TORCH_CHECK_NOT_IMPLEMENTED(cpu.layout() == c10::kStrided,
-                              "openreg does not support ",
-                              cpu.is_sparse() ? "sparse" : "non-strided",
-                              " tensors: the kernel returned a ", cpu.layout(),
-                              " tensor, which an openreg tensor cannot hold");
   c10::StorageImpl* cs = ci->storage().unsafeGetStorageImpl();
   c10::StorageImpl* target = nullptr;
   for (auto& e : storages_) {

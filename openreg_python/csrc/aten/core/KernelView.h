@@ -168,11 +168,16 @@ class AliasSet {
     c10::TensorImpl* cpu;  // the alias, lent or not
   };
   int alias_entry(const at::Tensor& t, bool write);
-  int sparse_entry(const at::Tensor& t, bool write);
+  // alias_entry's rare cases, out of line (KernelView.cpp)
+  C10_NOINLINE int new_entry(const at::Tensor& t, AliasSlot* slot);
+  C10_NOINLINE int sparse_entry(const at::Tensor& t, bool write);
+  C10_NOINLINE void check_device(const at::Tensor& t) const;
+  C10_NOINLINE void note_access(const at::Tensor& t, bool write);
   StorageEntry& storage_alias(const c10::Storage& s);
   // unwrap: true if `cpu_result` itself is the answer (it was converted in
   // place, or is not a CPU tensor), else the answer is in *result.
   bool unwrap_into(const at::Tensor& cpu_result, at::Tensor* result);
+  C10_NOINLINE at::Tensor unwrap_unstrided(const at::Tensor& cpu_result);
   // The openreg storage that `cpu_storage` (a result's) becomes: borrowed,
   // alive while the results that hold it are (adopted_ owns only copies).
   c10::StorageImpl* adopt_storage(c10::StorageImpl* cpu_storage);
