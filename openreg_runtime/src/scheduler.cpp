@@ -51,8 +51,14 @@ std::atomic<unsigned long long> g_next_stream_id{1};
 // (is_live_stream's hash lookup missed the cache on every launch). Read
 // without the lock by the lock-free claim.
 std::atomic<uint64_t> g_stream_destructions{0};
-thread_local Stream* t_live_stream = nullptr;
-thread_local uint64_t t_live_stream_epoch = 0;
+// This thread's last validated stream and the count it was validated at:
+// one thread-local, so the hot path looks up one address (each thread-local
+// read in a shared library is a call into the dynamic linker).
+struct LiveStream {
+  Stream* stream = nullptr;
+  uint64_t epoch = 0;
+};
+thread_local LiveStream t_live;
 std::atomic<uint64_t> g_order{0};
 
 // Completed markers can make items runnable on any device (cross-device
@@ -108,10 +114,15 @@ thread_local KernelMessage* t_kernel_message = nullptr;
 
 orError_t call_kernel(orKernelFn_t fn, void* args, const char* name, std::string* why) {
   KernelMessage mine;
-  KernelMessage* const outer = t_kernel_message;
-  t_kernel_message = &mine;
+  KernelMessage** slot = &t_kernel_message;
+  // (Opaque to the compiler, which would otherwise recompute the
+  // thread-local's address after the call, a second call into the dynamic
+  // linker, instead of keeping it.)
+  asm("" : "+r"(slot));
+  KernelMessage* const outer = *slot;
+  *slot = &mine;
   const orError_t e = fn(args);
-  t_kernel_message = outer;
+  *slot = outer;
   if (e != orSuccess) {
     *why = format("kernel '%s' failed: %s", name,
                   mine.text.empty() ? orGetErrorString(e) : mine.text.c_str());
@@ -288,10 +299,11 @@ void unregister_stream(Stream* s) {
 
 bool is_live_stream(Stream* s) {
   const uint64_t epoch = g_stream_destructions.load();
-  if (s == t_live_stream && t_live_stream_epoch == epoch) return true;
+  LiveStream& live = t_live;
+  if (s == live.stream && live.epoch == epoch) return true;
   if (live_streams().count(s) == 0) return false;
-  t_live_stream = s;
-  t_live_stream_epoch = epoch;
+  live.stream = s;
+  live.epoch = epoch;
   return true;
 }
 
@@ -447,8 +459,9 @@ namespace {
 // * a host waiter registers before it checks the stream, so either it sees
 //   the stream released or the releaser sees it waiting.
 bool try_claim_idle(Stream* s) {
-  const uint64_t epoch = t_live_stream_epoch;
-  if (s != t_live_stream || epoch != g_stream_destructions.load() || in_forked_child())
+  const LiveStream& live = t_live;
+  const uint64_t epoch = live.epoch;
+  if (s != live.stream || epoch != g_stream_destructions.load() || in_forked_child())
     return false;
   if (s->queued.load() != 0 || !s->try_claim()) return false;
   if (s->queued.load() == 0 && epoch == g_stream_destructions.load()) return true;
