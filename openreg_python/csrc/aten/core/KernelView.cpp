@@ -158,9 +158,11 @@ inline c10::TensorImpl* AliasSet::cached_alias(c10::TensorImpl* ti, AliasSlot& s
   c10::TensorImpl* a = slot.alias.get();
   if (slot.key != ti || !a) return nullptr;
   if (ti->is_conj() || ti->is_neg() || ti->is_wrapped_number()) return nullptr;
-  c10::StorageImpl* osi = ti->storage().unsafeGetStorageImpl();
-  void* dev = osi->data_ptr().get();
-  // (The alias is a plain CPU TensorImpl: its storage is there to read.)
+  // (Without the virtual storage(): a tensor whose storage may not be read
+  // has none with bytes behind it, and fails the checks below; the alias
+  // is a plain CPU TensorImpl.)
+  c10::StorageImpl* osi = ti->unsafe_storage().unsafeGetStorageImpl();
+  void* dev = osi ? osi->data_ptr().get() : nullptr;
   c10::StorageImpl* as = a->unsafe_storage().unsafeGetStorageImpl();
   // The alias's storage must cover the same bytes. It need not be the
   // block's cached alias (storage_alias): a CPU storage over the kernel
@@ -318,49 +320,54 @@ void AliasSet::finalize_storages() {
   finalized_ = true;
   for (auto& e : storages_) {
     c10::StorageImpl* a = e.alias;
-    if (a->data_ptr().get() != e.alias_data) {
-      // The openreg storage moves to a new block below, and its old block
-      // drops the cached alias: hold it.
-      if (!e.owned) e.owned = e.alias_storage();
-      // The kernel resized the storage: the new bytes are a device block
-      // (KernelViewAllocator); give them to the openreg storage.
-      c10::DataPtr fresh = a->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
-      c10::DataPtr dev;
-      if (isKernelViewDataPtr(fresh) && fresh.get()) {
-        dev = rehomeKernelViewDataPtr(std::move(fresh), device_);
-      } else {
-        TORCH_INTERNAL_ASSERT(fresh.get() == nullptr,
-                              "openreg: a kernel replaced a storage with host memory");
-        dev = c10::DataPtr(nullptr, c10::Device(c10::DeviceType::PrivateUse1, device_));
-      }
-      e.openreg->set_data_ptr_noswap(std::move(dev));
-      void* kv = e.openreg->data_ptr().get()
-                     ? static_cast<char*>(e.openreg->data_ptr().get()) + kv_offset()
-                     : nullptr;
-      // Keep the alias usable for views created by the kernel.
-      a->set_data_ptr_noswap(c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)));
-      e.alias_data = kv;
-    }
+    if (C10_UNLIKELY(a->data_ptr().get() != e.alias_data)) move_resized(e);
     if (a->nbytes() != e.openreg->nbytes()) e.openreg->set_nbytes(a->nbytes());
   }
+}
+
+// The kernel resized the storage of `e`'s alias: the new bytes are a device
+// block (KernelViewAllocator); give them to the openreg storage.
+void AliasSet::move_resized(StorageEntry& e) {
+  c10::StorageImpl* a = e.alias;
+  // The openreg storage moves to a new block below, and its old block
+  // drops the cached alias: hold it.
+  if (!e.owned) e.owned = e.alias_storage();
+  c10::DataPtr fresh = a->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+  c10::DataPtr dev;
+  if (isKernelViewDataPtr(fresh) && fresh.get()) {
+    dev = rehomeKernelViewDataPtr(std::move(fresh), device_);
+  } else {
+    TORCH_INTERNAL_ASSERT(fresh.get() == nullptr,
+                          "openreg: a kernel replaced a storage with host memory");
+    dev = c10::DataPtr(nullptr, c10::Device(c10::DeviceType::PrivateUse1, device_));
+  }
+  e.openreg->set_data_ptr_noswap(std::move(dev));
+  void* kv = e.openreg->data_ptr().get()
+                 ? static_cast<char*>(e.openreg->data_ptr().get()) + kv_offset()
+                 : nullptr;
+  // Keep the alias usable for views created by the kernel.
+  a->set_data_ptr_noswap(c10::DataPtr(kv, c10::Device(c10::DeviceType::CPU)));
+  e.alias_data = kv;
 }
 
 c10::StorageImpl* AliasSet::adopt_storage(c10::StorageImpl* impl) {
   for (auto& a : adopted_) {
     if (a.cpu == impl) return a.openreg;
   }
-  if (isKernelViewDataPtr(impl->data_ptr())) {
-    // Allocated in device memory by the kernel: adopt it, zero-copy. The
-    // storage object itself becomes the openreg storage (its device is its
-    // DataPtr's): no second StorageImpl per result. The CPU tensors that
-    // still refer to it are the kernel's own results, about to be dropped.
-    c10::DataPtr taken = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
-    impl->set_data_ptr_noswap(rehomeKernelViewDataPtr(std::move(taken), device_));
-    impl->set_allocator(getDeviceAllocator());
-    adopted_.push_back({impl, impl, c10::Storage()});
-    return impl;
-  }
-  // Host memory (the kernel used an allocator we do not control): copy.
+  if (C10_UNLIKELY(!isKernelViewDataPtr(impl->data_ptr()))) return adopt_by_copy(impl);
+  // Allocated in device memory by the kernel: adopt it, zero-copy. The
+  // storage object itself becomes the openreg storage (its device is its
+  // DataPtr's): no second StorageImpl per result. The CPU tensors that
+  // still refer to it are the kernel's own results, about to be dropped.
+  c10::DataPtr taken = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+  impl->set_data_ptr_noswap(rehomeKernelViewDataPtr(std::move(taken), device_));
+  impl->set_allocator(getDeviceAllocator());
+  adopted_.push_back({impl, impl, c10::Storage()});
+  return impl;
+}
+
+// Host memory (the kernel used an allocator we do not control): copy.
+c10::StorageImpl* AliasSet::adopt_by_copy(c10::StorageImpl* impl) {
   size_t nbytes = impl->nbytes();
   c10::DataPtr dp = allocateOn(device_, nbytes);
   if (nbytes && impl->data_ptr().get()) {
@@ -472,10 +479,7 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
   }
   if (!target) target = adopt_storage(cs);
   if (C10_UNLIKELY(cpu.is_quantized())) {
-    at::QuantizerPtr q = map_quantizer(static_cast<at::QTensorImpl*>(ci)->quantizer(),
-                                       [this](const at::Tensor& x) { return unwrap(x); });
-    *result = make_qtensor(share_storage(target), c10::DispatchKey::QuantizedPrivateUse1, cpu,
-                           std::move(q));
+    *result = unwrap_quantized(cpu, target);
     return false;
   }
   // A result nobody else holds (the kernel's fresh output, held only by the
@@ -493,12 +497,27 @@ bool AliasSet::unwrap_into(const at::Tensor& cpu, at::Tensor* result) {
     ci->_change_backend_component_keys(c10::Device(c10::DeviceType::PrivateUse1, device_));
     return true;
   }
+  *result = new_result(cpu, target);
+  return false;
+}
+
+// A quantized result over the openreg storage `target`.
+at::Tensor AliasSet::unwrap_quantized(const at::Tensor& cpu, c10::StorageImpl* target) {
+  at::QuantizerPtr q =
+      map_quantizer(static_cast<at::QTensorImpl*>(cpu.unsafeGetTensorImpl())->quantizer(),
+                    [this](const at::Tensor& x) { return unwrap(x); });
+  return make_qtensor(share_storage(target), c10::DispatchKey::QuantizedPrivateUse1, cpu,
+                      std::move(q));
+}
+
+// A new openreg tensor with the geometry of the result `cpu` over `target`
+// (a view, or a result that something else holds too).
+at::Tensor AliasSet::new_result(const at::Tensor& cpu, c10::StorageImpl* target) {
   auto out = make_openreg_tensor(share_storage(target), cpu.dtype(), cpu.sizes(),
                                  cpu.strides(), cpu.storage_offset());
   if (cpu.is_conj()) out.unsafeGetTensorImpl()->_set_conj(true);
   if (cpu.is_neg()) out.unsafeGetTensorImpl()->_set_neg(true);
-  *result = std::move(out);
-  return false;
+  return out;
 }
 
 }  // namespace torch_openreg

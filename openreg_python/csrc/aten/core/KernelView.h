@@ -167,6 +167,7 @@ class AliasSet {
     c10::TensorImpl* openreg;
     c10::TensorImpl* cpu;  // the alias, lent or not
   };
+  C10_NOINLINE void move_resized(StorageEntry& e);
   int alias_entry(const at::Tensor& t, bool write);
   // alias_entry's rare cases, out of line (KernelView.cpp)
   C10_NOINLINE int new_entry(const at::Tensor& t, AliasSlot* slot);
@@ -178,9 +179,12 @@ class AliasSet {
   // place, or is not a CPU tensor), else the answer is in *result.
   bool unwrap_into(const at::Tensor& cpu_result, at::Tensor* result);
   C10_NOINLINE at::Tensor unwrap_unstrided(const at::Tensor& cpu_result);
+  C10_NOINLINE at::Tensor unwrap_quantized(const at::Tensor& cpu_result, c10::StorageImpl* target);
+  C10_NOINLINE at::Tensor new_result(const at::Tensor& cpu_result, c10::StorageImpl* target);
   // The openreg storage that `cpu_storage` (a result's) becomes: borrowed,
   // alive while the results that hold it are (adopted_ owns only copies).
   c10::StorageImpl* adopt_storage(c10::StorageImpl* cpu_storage);
+  C10_NOINLINE c10::StorageImpl* adopt_by_copy(c10::StorageImpl* cpu_storage);
 
   // Stream sanitizer: while enabled, live AliasSets of a thread form a stack
   // whose recorded accesses launch_kernel declares (Sanitizer.h).
