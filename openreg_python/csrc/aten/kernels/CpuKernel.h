@@ -64,13 +64,13 @@ struct Conv<const at::Tensor&> {
   using Held = LentAlias;
   static Held in(AliasSet& s, const at::Tensor& t) { return LentAlias(s, t, false); }
   static const at::Tensor& pass(Held& h) { return h.t; }
-  static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
-    if (*d < 0 && is_openreg(t)) *d = t.device().index();
+  // (Inlined: every operator passes here for each tensor argument.)
+  C10_ALWAYS_INLINE static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
+    if (*d < 0 && t.defined() && t.is_privateuseone()) *d = t.device().index();
   }
   // Undefined, or on openreg:`d`.
-  static bool on(const at::Tensor& t, c10::DeviceIndex d) {
-    return !t.defined() || (t.device().type() == c10::DeviceType::PrivateUse1 &&
-                            t.device().index() == d);
+  C10_ALWAYS_INLINE static bool on(const at::Tensor& t, c10::DeviceIndex d) {
+    return !t.defined() || (t.is_privateuseone() && t.device().index() == d);
   }
   static void check(const at::Tensor& t, DeviceChecker& c, const OpDeviceInfo& info, size_t i) {
     c.check(t, info.arg_name(i), info.written(i), info.is_index(i));
@@ -83,10 +83,10 @@ struct Conv<at::Tensor&> {  // mutated (in-place self, out=)
   using Held = LentAlias;
   static Held in(AliasSet& s, at::Tensor& t) { return LentAlias(s, t, /*write=*/true); }
   static at::Tensor& pass(Held& h) { return h.t; }
-  static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
-    if (*d < 0 && is_openreg(t)) *d = t.device().index();
+  C10_ALWAYS_INLINE static void find_device(const at::Tensor& t, c10::DeviceIndex* d) {
+    Conv<const at::Tensor&>::find_device(t, d);
   }
-  static bool on(const at::Tensor& t, c10::DeviceIndex d) {
+  C10_ALWAYS_INLINE static bool on(const at::Tensor& t, c10::DeviceIndex d) {
     return Conv<const at::Tensor&>::on(t, d);
   }
   static void check(const at::Tensor& t, DeviceChecker& c, const OpDeviceInfo& info, size_t i) {
