@@ -65,16 +65,6 @@ orError_t launch_kernel(orStream_t stream, orKernelFn_t fn, void* args,
     return fail(orErrorInvalidValue,
                 "%s: orLaunchMayDefer does not combine with orLaunchSynchronous "
                 "or orLaunchNeverInline (flags 0x%x)", call, flags);
-  // The hot path of every eager operator: no Item to build (launch_inline).
-  if ((flags & ~unsigned(orLaunchUntraced)) == orLaunchSynchronous && !args_owned &&
-      !capture::any() && !san::on()) {
-    std::string why;
-    orError_t e;
-    if (launch_inline(stream, fn, args, name ? name : "kernel", &e, &why)) {
-      if (e != orSuccess) return fail(e, "%s: %s", call, why.c_str());
-      return orSuccess;
-    }
-  }
   Item it;
   it.type = Item::Kernel;
   it.name = name ? name : "kernel";
@@ -124,6 +114,18 @@ extern "C" {
 
 orError_t orLaunchKernel(orStream_t stream, orKernelFn_t fn, void* args,
                          const char* name, unsigned int flags) {
+  // The hot path of every eager operator, before the general path's
+  // arguments are built: no Item either (launch_inline). (Valid flags only:
+  // a null fn or bad flags fail below, as before.)
+  if ((flags & ~unsigned(orLaunchUntraced)) == orLaunchSynchronous && fn &&
+      !capture::any() && !san::on()) {
+    std::string why;
+    orError_t e;
+    if (launch_inline(stream, fn, args, name ? name : "kernel", &e, &why)) {
+      if (e != orSuccess) return fail(e, "%s: %s", "orLaunchKernel", why.c_str());
+      return orSuccess;
+    }
+  }
   return launch_kernel(stream, fn, args, nullptr, /*args_owned=*/false, name, flags,
                        "orLaunchKernel");
 }
