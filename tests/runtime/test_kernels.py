@@ -61,8 +61,15 @@ class TestKernels:
         stop = threading.Event()
 
         def poll():
-            while not stop.is_set():
+            # Read the stop flag before the query: the last sample is then
+            # taken after the launch returned, so it must say ready. (Checked
+            # after the query, a sample taken while the kernel ran could be
+            # appended last when the poller is descheduled across the end.)
+            while True:
+                last = stop.is_set()
                 seen.append(rt.stream_query(stream))
+                if last:
+                    break
 
         try:
             t = threading.Thread(target=poll, daemon=True)
