@@ -104,3 +104,16 @@ function(openreg_forbid_torch target)
     endif()
   endforeach()
 endfunction()
+
+# Unity builds for the libraries that include torch's headers (docs/building.md,
+# "A machine's first build"): most of a glue file's compile is torch's headers,
+# so the files are compiled in batches of <batch> per translation unit. The
+# batches' #include lines are relative to the tree (UNITY_BUILD_RELOCATABLE),
+# so ccache still hits from a clone in another folder.
+option(OPENREG_UNITY_BUILD "compile the torch glue's sources in batches" ON)
+function(openreg_unity_build target batch)
+  if(OPENREG_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON
+      UNITY_BUILD_BATCH_SIZE ${batch} UNITY_BUILD_RELOCATABLE ON)
+  endif()
+endfunction()
