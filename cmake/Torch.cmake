@@ -7,7 +7,7 @@
 #                          libc10, with the wheel's ABI settings
 #   openreg::torch_python  openreg::torch plus libtorch_python
 #
-# and three functions:
+# and four functions:
 #   openreg_pybind11_module(<name> <sources>...)  a torch-free pybind11 module
 #       (torch's bundled pybind11 headers only)
 #   openreg_torch_python_module(<name> <sources>...)  a pybind11 module built
@@ -15,6 +15,8 @@
 #       c10d.Store, ...) cross between it and torch's own bindings
 #   openreg_forbid_torch(<target>)  fails the configure step if a torch-free
 #       library (the runtime, the collectives core) reaches torch
+#   openreg_unity_build(<target> <batch>)  compiles a glue library's sources
+#       <batch> per translation unit (option OPENREG_UNITY_BUILD, default ON)
 include_guard(GLOBAL)
 
 find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Module)
@@ -106,7 +108,7 @@ function(openreg_forbid_torch target)
 endfunction()
 
 # Unity builds for the libraries that include torch's headers (docs/building.md,
-# "A machine's first build"): most of a glue file's compile is torch's headers,
+# "The build in one command"): most of a glue file's compile is torch's headers,
 # so the files are compiled in batches of <batch> per translation unit. The
 # batches' #include lines are relative to the tree (UNITY_BUILD_RELOCATABLE),
 # so ccache still hits from a clone in another folder.
