@@ -10,10 +10,12 @@ time is its set-up, call and tear-down (a module fixture's cost lands on the
 first test that uses it). With pytest-xdist the files run on two workers, so
 the files' times add up to about twice the suite's wall time.
 
-The budgets are the issue's (CI-headroom): the whole run at most 45 minutes
-on a quiet 2-core machine, of which the suite 25; a step over its budget is
-printed as a warning (a report, never a failure: the machines are noisy, and
-CI's own limit, 90 minutes, is the only hard one).
+The budgets are the issues' (CI-headroom, #53): the whole run at most 45
+minutes on a quiet 2-core machine that ran it before, of which the suite 25,
+and at most 60 on a machine's first run (cold compiler, Inductor and pip
+caches: the run is a first run when ccache compiled more than it found); a step
+over its budget is printed as a warning (a report, never a failure: the
+machines are noisy, and CI's own limit, 90 minutes, is the only hard one).
 """
 
 import argparse
@@ -25,6 +27,9 @@ import xml.etree.ElementTree as ET
 # Minutes on a quiet 2-core machine (CI stops at 90).
 BUDGET_TOTAL_MIN = 45
 BUDGET_SUITE_MIN = 25
+# A machine's first run: everything compiles, Inductor's and pip's caches are
+# empty (docs/testing.md, "CI's time").
+BUDGET_FIRST_RUN_MIN = 60
 # The step whose time is the suite's (the name .ci/run gives it).
 SUITE_STEP = "suite"
 
@@ -68,9 +73,20 @@ def minutes(s: float) -> str:
     return f"{s / 60:5.1f}"
 
 
+def first_run(ccache):
+    """Whether ccache's line ("N compiles from the cache, M compiled") says a
+    machine's first run: more compiled than found in the cache."""
+    try:
+        hits, misses = (int(part.split()[0]) for part in ccache.split(","))
+    except (AttributeError, ValueError):
+        return False
+    return misses > hits
+
+
 def report(steps, cases, total_s=None, ccache=None, top=25, out=sys.stdout):
     w = out.write
     warnings = []
+    cold = first_run(ccache)
     if steps:
         w("=== CI time by step (minutes; start is minutes into the run)\n")
         w(f"{'start':>6} {'min':>6}  step\n")
@@ -79,15 +95,21 @@ def report(steps, cases, total_s=None, ccache=None, top=25, out=sys.stdout):
         if total_s is None:
             total_s = max(start + secs for _, start, secs in steps)
         suite = [secs for name, _, secs in steps if name == SUITE_STEP]
-        if suite and suite[0] > BUDGET_SUITE_MIN * 60:
+        # The suite's budget is a warm run's (a first run compiles the
+        # scaffold test's tree and Inductor's kernels from nothing).
+        if suite and suite[0] > BUDGET_SUITE_MIN * 60 and not cold:
             warnings.append(f"the suite took {suite[0] / 60:.1f} min, over its budget of "
                             f"{BUDGET_SUITE_MIN} min on a quiet machine")
     if total_s is not None:
-        w(f"total: {total_s / 60:.1f} min (budget {BUDGET_TOTAL_MIN} min on a quiet 2-core "
-          f"machine; CI stops at 90)\n")
-        if total_s > BUDGET_TOTAL_MIN * 60:
+        if cold:
+            budget, which = BUDGET_FIRST_RUN_MIN, "a machine's first run (cold caches)"
+        else:
+            budget, which = BUDGET_TOTAL_MIN, "a machine that ran it before"
+        w(f"total: {total_s / 60:.1f} min (budget {budget} min on a quiet 2-core "
+          f"machine, {which}; CI stops at 90)\n")
+        if total_s > budget * 60:
             warnings.append(f"the run took {total_s / 60:.1f} min, over its budget of "
-                            f"{BUDGET_TOTAL_MIN} min on a quiet machine")
+                            f"{budget} min on a quiet machine, {which}")
     if cases:
         counts = collections.Counter(o for _, _, o in cases)
         w(f"=== the suite: {len(cases)} test cases ("
